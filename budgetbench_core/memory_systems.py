@@ -1,0 +1,206 @@
+"""The MemorySystem contract (mem0-like layers) and the harness-side budget fill.
+
+A memory system only ingests and retrieves. The harness, not the vendor, decides what
+fits: whole retrieved items in rank order, an item that does not fit is skipped and
+filling continues, never cut mid-item. Retrieval happens once per item and is saved to
+``retrievals/<system>/<item>.json``; every budget tier reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from .messages import Item, Message, Session
+from .runlog import safe_name
+from .strategies import MemoryStrategy, Regime, StrategyContext
+from .tokenizers import PromptCounter
+
+
+@dataclass
+class IngestFailure:
+    session_id: str
+    cause: str
+    attempts: int = 1
+
+
+@dataclass
+class IngestReport:
+    """What a memory system stored and what it lost, with causes. Never swallow a failure."""
+
+    sessions: int
+    stored: int
+    failures: list[IngestFailure] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def loss(self) -> float:
+        """Fraction of sessions that failed to ingest."""
+        return len(self.failures) / self.sessions if self.sessions else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "loss": self.loss}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IngestReport:
+        failures = [IngestFailure(**f) for f in data.get("failures", [])]
+        return cls(data["sessions"], data["stored"], failures, data.get("seconds", 0.0))
+
+
+@dataclass
+class RetrievedItem:
+    """One ranked memory: its text, score and where it came from."""
+
+    text: str
+    score: float
+    source_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class IngestLossError(RuntimeError):
+    """Raised when a memory system lost more of an item's history than allowed."""
+
+
+class MemorySystem(ABC):
+    """Base class for memory layers. Subclasses set ``name`` and ``regime``."""
+
+    name: ClassVar[str]
+    regime: ClassVar[Regime] = Regime.PERSISTENT_STATEFUL
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    def reset(self) -> None:
+        """Forget the previous item's memories."""
+
+    @abstractmethod
+    def ingest(self, sessions: Sequence[Session], context: StrategyContext) -> IngestReport:
+        """Store the sessions; report every failure with its cause."""
+
+    @abstractmethod
+    def retrieve(self, query: str, context: StrategyContext) -> list[RetrievedItem]:
+        """Memories ranked best first."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "regime": self.regime.value, "params": self.params, "kind": "memory-system"}
+
+
+@dataclass
+class BudgetFill:
+    """The outcome of filling a budget: the prompt and what was kept or dropped."""
+
+    messages: list[Message]
+    used_tokens: int
+    included: list[int]
+    dropped: list[int]
+
+
+MEMORY_HEADER = "Relevant memories, most relevant first:"
+
+
+def render_memory(rank: int, item: RetrievedItem) -> str:
+    return f"[{rank + 1}] {item.text}"
+
+
+def fill_budget(item: Item, ranked: Sequence[RetrievedItem], budget: int, counter: PromptCounter) -> BudgetFill:
+    """Whole memories in rank order until the budget is full, confirmed by an exact count."""
+
+    def frame(chosen: list[int]) -> list[Message]:
+        if not chosen:
+            return item.frame([])
+        body = "\n\n".join([MEMORY_HEADER, *(render_memory(i, ranked[i]) for i in chosen)])
+        return item.frame([Message("user", body, {"source_id": "memories"})])
+
+    used = counter.estimate(frame([]))
+    header = counter.message_tokens(Message("user", MEMORY_HEADER))
+    chosen: list[int] = []
+    dropped: list[int] = []
+    for index, memory in enumerate(ranked):
+        cost = counter.content_tokens("\n\n" + render_memory(index, memory)) + (header if not chosen else 0)
+        if used + cost <= budget:
+            chosen.append(index)
+            used += cost
+        else:
+            dropped.append(index)
+    chosen, exact = counter.fit(frame, chosen, budget, drop_index=-1)
+    dropped = sorted(set(range(len(ranked))) - set(chosen))
+    return BudgetFill(frame(chosen), exact, chosen, dropped)
+
+
+class MemorySystemStrategy(MemoryStrategy):
+    """Runs a MemorySystem as a strategy: ingest and retrieve once per item, fill per budget."""
+
+    def __init__(self, system: MemorySystem, max_ingest_loss: float = 0.0) -> None:
+        super().__init__(**system.params)
+        self.system = system
+        self.max_ingest_loss = max_ingest_loss
+        self._item_id: str | None = None
+        self._ranked: list[RetrievedItem] = []
+        self._report: IngestReport | None = None
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.system.name
+
+    @property
+    def regime(self) -> Regime:  # type: ignore[override]
+        return self.system.regime
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.system.describe(), "max_ingest_loss": self.max_ingest_loss}
+
+    def reset(self) -> None:
+        self.system.reset()
+        self._item_id = None
+
+    def _retrieval_path(self, context: StrategyContext):
+        return context.run_dir / "retrievals" / safe_name(self.name) / f"{safe_name(context.item.id)}.json"
+
+    def _prepare(self, context: StrategyContext) -> None:
+        path = self._retrieval_path(context)
+        if path.exists():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            self._report = IngestReport.from_dict(saved["ingest"])
+            self._ranked = [RetrievedItem(**r) for r in saved["ranked"]]
+        else:
+            self._report = self.system.ingest(context.item.sessions(), context)
+            if not isinstance(self._report, IngestReport):
+                raise TypeError(f"memory system {self.name!r} ingest returned {type(self._report).__name__}, not IngestReport")
+            ranked = [] if self._report.loss > self.max_ingest_loss else self.system.retrieve(context.item.query.content, context)
+            if not isinstance(ranked, list) or not all(isinstance(r, RetrievedItem) for r in ranked):
+                raise TypeError(f"memory system {self.name!r} retrieve must return list[RetrievedItem]")
+            self._ranked = ranked
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(
+                json.dumps({"item_id": context.item.id, "system": self.name, "query": context.item.query.content,
+                            "ingest": self._report.to_dict(), "ranked": [asdict(r) for r in self._ranked]},
+                           ensure_ascii=False, indent=1),
+                encoding="utf-8",
+            )
+            tmp.replace(path)
+        self._item_id = context.item.id
+
+    def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
+        if self._item_id != context.item.id:
+            self._prepare(context)
+        assert self._report is not None
+        context.audit["ingest"] = self._report.to_dict()
+        if self._report.loss > self.max_ingest_loss:
+            raise IngestLossError(
+                f"memory system {self.name!r} lost {len(self._report.failures)} of {self._report.sessions} sessions "
+                f"of item {context.item.id!r} (allowed loss {self.max_ingest_loss}): "
+                + "; ".join(f"{f.session_id}: {f.cause}" for f in self._report.failures[:3])
+            )
+        fill = fill_budget(context.item, self._ranked, budget, context.counter)
+        context.audit["fill"] = {
+            "included": fill.included,
+            "dropped": fill.dropped,
+            "scores": [self._ranked[i].score for i in fill.included],
+            "sources": [self._ranked[i].source_id for i in fill.included],
+        }
+        return fill.messages

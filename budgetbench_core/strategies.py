@@ -1,0 +1,77 @@
+"""The MemoryStrategy contract: choose what of a history to present within a budget."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .messages import Item, Message
+from .tokenizers import PromptCounter
+
+
+class Regime(str, enum.Enum):
+    """Where a strategy's work happens, declared so readers compare like with like."""
+
+    LOCAL_ONLY = "local-only"
+    AUXILIARY_MODEL = "auxiliary-model-assisted"
+    HOSTED = "hosted"
+    PERSISTENT_STATEFUL = "persistent-stateful"
+    RESET_PER_ITEM = "reset-per-item"
+
+
+AuxiliaryCall = Callable[[Sequence[Message], int, str], str]
+
+
+@dataclass
+class StrategyContext:
+    """What the harness gives a strategy for one item at one budget.
+
+    ``complete(messages, max_tokens, purpose)`` runs an auxiliary model call through the
+    harness: its prompt is budget-checked against the same budget, and its tokens and
+    latency are logged. ``audit`` is free-form detail (retrieval scores, chosen units)
+    copied into the ``prompt_audit`` event so a reader sees why each part was kept.
+    """
+
+    item: Item
+    budget: int
+    counter: PromptCounter
+    complete: AuxiliaryCall
+    seed: int
+    run_dir: Path
+    audit: dict[str, Any] = field(default_factory=dict)
+
+    def frame(self, kept: list[Message]) -> list[Message]:
+        return self.item.frame(kept)
+
+
+class MemoryStrategy(ABC):
+    """Base class for strategies. Subclasses set ``name`` and ``regime``.
+
+    ``apply`` returns the whole prompt to send: the item's system prompt (if any) first,
+    the query unchanged last, and in between whatever history the strategy keeps. The
+    runner counts that prompt exactly and never sends it over budget. Per-item state
+    (an embedding index, say) may be kept until ``reset`` so that every budget tier of
+    one item reuses it.
+    """
+
+    name: ClassVar[str]
+    regime: ClassVar[Regime]
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    def reset(self) -> None:
+        """Forget everything about the previous item."""
+
+    @abstractmethod
+    def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
+        """The prompt to send for ``context.item`` at ``budget`` input tokens."""
+
+    def describe(self) -> dict[str, Any]:
+        """Recorded in the manifest."""
+        return {"name": self.name, "regime": self.regime.value, "params": self.params}

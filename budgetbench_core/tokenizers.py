@@ -1,0 +1,132 @@
+"""Token counting of the prompt as the served model sees it, chat template included.
+
+A ``Tokenizer`` renders a message list with the model's chat template and counts the
+result. ``PromptCounter`` wraps one with a per-message cache so strategies can
+estimate prompt sizes in linear time; the runner always makes the final decision
+with the exact ``count`` of the whole rendered prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from .messages import Message
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Recorded on every event row: which tokenizer counted, and whether exactly."""
+
+    id: str
+    backend: str
+    exact: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Tokenizer(ABC):
+    """Counts rendered prompts. Subclasses implement ``count_text`` and ``render``."""
+
+    info: TokenizerInfo
+
+    @abstractmethod
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt string after the chat template, with the generation prompt."""
+
+    @abstractmethod
+    def count_text(self, text: str) -> int:
+        """Tokens in a raw string (no template, no special tokens added)."""
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Exact tokens of the rendered prompt: what the server will be given."""
+        return self.count_rendered(self.render(messages))
+
+    def count_rendered(self, prompt: str) -> int:
+        """Tokens of an already rendered prompt (special tokens parsed)."""
+        return self.count_text(prompt)
+
+
+class PromptCounter:
+    """Linear-time prompt estimates from cached per-message counts.
+
+    The template overhead of each role and of the generation prompt is measured once by
+    rendering probe messages. For additive templates such as ChatML the estimate equals
+    the exact count; ``fit`` always confirms with the exact count and drops messages
+    until the confirmed count fits, so a non-additive template can never overshoot.
+    """
+
+    _PROBE = "probe"
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._content_cache: dict[str, int] = {}
+        self._role_overhead: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._base: int | None = None
+
+    @property
+    def info(self) -> TokenizerInfo:
+        return self.tokenizer.info
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Exact count of the rendered prompt."""
+        return self.tokenizer.count(messages)
+
+    def content_tokens(self, content: str) -> int:
+        key = hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        cached = self._content_cache.get(key)
+        if cached is None:
+            cached = self.tokenizer.count_text(content)
+            with self._lock:
+                self._content_cache[key] = cached
+        return cached
+
+    def _overhead(self, role: str) -> int:
+        """Template tokens a message of ``role`` adds, measured before a closing user message.
+
+        Probes always end with a user message, as real prompts do (some servers treat a
+        trailing assistant message as a prefill). Templates that insert a default system
+        prompt when none is given make the system overhead negative; sums stay exact.
+        """
+        if role not in self._role_overhead:
+            closing = [Message("user", self._PROBE)]
+            without = self.tokenizer.count(closing)
+            with_role = self.tokenizer.count([Message(role, self._PROBE), *closing])
+            overhead = with_role - without - self.content_tokens(self._PROBE)
+            with self._lock:
+                self._role_overhead[role] = overhead
+        return self._role_overhead[role]
+
+    def message_tokens(self, message: Message) -> int:
+        """Estimated tokens one message adds to a prompt (content plus its template)."""
+        return self.content_tokens(message.content) + self._overhead(message.role)
+
+    @property
+    def base(self) -> int:
+        """Tokens the template adds once per prompt (BOS, generation prompt)."""
+        if self._base is None:
+            closing = [Message("user", self._PROBE)]
+            self._base = self.tokenizer.count(closing) - self.message_tokens(closing[0])
+        return self._base
+
+    def estimate(self, messages: Sequence[Message]) -> int:
+        return self.base + sum(self.message_tokens(m) for m in messages)
+
+    def fit(self, frame, kept: list[Message], budget: int, drop_index: int = 0) -> tuple[list[Message], int]:
+        """Drop messages from ``kept`` (at ``drop_index``) until ``frame(kept)`` fits exactly.
+
+        Returns the kept messages and the exact count; the count may still exceed the
+        budget when nothing is left to drop (the runner then records a violation).
+        """
+        kept = list(kept)
+        while True:
+            exact = self.count(frame(kept))
+            if exact <= budget or not kept:
+                return kept, exact
+            index = drop_index if drop_index >= 0 else len(kept) + drop_index
+            kept.pop(min(max(index, 0), len(kept) - 1))
