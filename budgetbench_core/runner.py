@@ -31,7 +31,7 @@ from typing import Any
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
 from .graders import Grader, GradingContext
-from .memory_systems import MemorySystem, MemorySystemStrategy
+from .memory_systems import IngestLossError, MemorySystem, MemorySystemStrategy
 from .messages import ROLES, Item, Message
 from .model_calls import CallFailed, ModelCaller
 from .plugins import PluginError, Registry, get_registry
@@ -304,7 +304,8 @@ class Run:
         except Exception as exc:
             if isinstance(exc, StrategyTimeout):
                 self._discard_strategy(strategy_name)
-            self._emit({**base, "event": "error", "phase": "strategy", "plugin": strategy_name,
+            phase = "ingest" if isinstance(exc, IngestLossError) else "strategy"
+            self._emit({**base, "event": "error", "phase": phase, "plugin": strategy_name,
                         "cause": f"strategy {strategy_name!r} failed on item {item.id!r}: {_describe_error(exc)}",
                         "strategy_s": time.perf_counter() - started, **aux})
             return
