@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .plugins import PluginError, get_registry
+from .report.cli import report_command
 from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
 from .runlog import RunLogError
 from .tasks import TaskDataError
@@ -179,6 +180,9 @@ def demo(out, limit, max_concurrency):
                        task_options={"items": limit, "history_tokens": 3000})
     execute(config)
     console.print(f"results: {out / 'cells'} (one JSONL per task/strategy/budget/repeat), manifest: {out / 'manifest.json'}")
+
+
+cli.add_command(report_command)
 
 
 def plugin_rows() -> list[dict]:

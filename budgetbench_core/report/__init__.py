@@ -1,0 +1,24 @@
+"""Reports on a run directory: tables (CSV, Markdown, JSON), plots and a static HTML site.
+
+``write_report(run_dir)`` writes everything to ``run_dir/report/`` and returns the paths.
+It refuses (ReportError) when the manifest does not version a plugin that produced rows.
+scipy and matplotlib load only when a report is written, so the CLI starts quickly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from .data import ReportError
+
+FORMATS = ("csv", "md", "html", "json")
+
+__all__ = ["FORMATS", "ReportError", "write_report"]
+
+
+def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+    """Write the report into ``run_dir/report/``; returns name -> path of every file written."""
+    from .writer import write_report as write
+
+    return write(run_dir, reference=reference, formats=formats)

@@ -1,0 +1,82 @@
+"""The static HTML report: index.html plus one drill-down page per item.
+
+Rendered with jinja2 with autoescaping on, so dataset and model text (questions,
+prompts, predictions) is always escaped. Plots are embedded as data URIs, so
+index.html opens from disk with nothing else running.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
+
+from ..runlog import safe_name
+from .data import RunData
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """Numbers for tables: fixed digits, '–' for missing, 'not reported' for None costs."""
+    if value is None or isinstance(value, Undefined):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "–" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("budgetbench_core.report", "templates"),
+                      autoescape=select_autoescape(["html", "j2"], default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = fmt
+    env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return env
+
+
+def item_page_name(item_id: str) -> str:
+    return f"items/{safe_name(item_id)}.html"
+
+
+def _item_entries(data: RunData) -> dict[str, list[dict[str, Any]]]:
+    """item_id -> one entry per terminal row, with the exact prompt that was sent (or refused)."""
+    order = {s: i for i, s in enumerate(data.strategy_order())}
+    entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for key in sorted(data.rows, key=lambda k: (k[0], order[k[1]], k[2], k[3])):
+        audit = data.prompts.get(key) or {}
+        entries[key[4]].append({"key": key, "row": data.rows[key], "messages": audit.get("messages"),
+                                "prompt_hash": audit.get("prompt_hash"),
+                                "strategy_audit": audit.get("strategy_audit"),
+                                "aux_calls": data.aux_calls.get(key, [])})
+    return dict(sorted(entries.items()))
+
+
+def write_html(out_dir: Path, data: RunData, context: dict[str, Any], plot_paths: dict[str, Path]) -> Path:
+    env = _environment()
+    images = {name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+              for name, path in plot_paths.items()}
+    items = _item_entries(data)
+    (out_dir / "items").mkdir(parents=True, exist_ok=True)
+    item_template = env.get_template("item.html.j2")
+    links = []
+    for item_id, entries in items.items():
+        page = item_page_name(item_id)
+        first = entries[0]
+        query = first["messages"][-1]["content"] if first["messages"] else None
+        answer = next((e["row"].get("answer") for e in entries if "answer" in e["row"]), None)
+        (out_dir / page).write_text(
+            item_template.render(item_id=item_id, category=first["row"].get("category"), query=query,
+                                 answer=answer, entries=entries, approximate=data.approximate),
+            encoding="utf-8")
+        links.append({"item_id": item_id, "page": page, "category": first["row"].get("category"),
+                      "marks": [(e["key"], e["row"]) for e in entries]})
+    path = out_dir / "index.html"
+    path.write_text(env.get_template("index.html.j2").render(images=images, items=links, **context),
+                    encoding="utf-8")
+    return path

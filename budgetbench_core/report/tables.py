@@ -1,0 +1,234 @@
+"""The report's tables as lists of plain dicts: summary, categories, paired deltas, errors.
+
+How rows are scored (stated in every output):
+- a ``result`` row scores its quality, a ``violation`` row scores 0;
+- an ``error`` row is not scored at all: it is counted and listed with its cause;
+- an item's value is the mean over its scored repeats; intervals are over items.
+"quality (all)" counts violations as 0; "quality (admitted)" uses result rows only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from . import stats
+from .data import RunData
+
+ERROR_POLICY = ("Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
+                "with their causes and listed. 'quality (all)' averages every scored item with violations "
+                "counted as 0; 'quality (admitted)' averages items that had a result row (prompt within budget).")
+
+
+def _scored(row: dict[str, Any]) -> float | None:
+    if row["event"] == "result":
+        return float(row["quality"])
+    if row["event"] == "violation":
+        return 0.0
+    return None
+
+
+def item_values(rows: Iterable[dict[str, Any]], admitted_only: bool = False) -> dict[str, float]:
+    """item_id -> mean scored value over its repeats (errors skipped, items with none left out)."""
+    per_item: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if admitted_only and row["event"] != "result":
+            continue
+        value = _scored(row)
+        if value is not None:
+            per_item[str(row["item_id"])].append(value)
+    return {item: float(np.mean(values)) for item, values in per_item.items()}
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+def _max(values: list[float]) -> float:
+    return float(np.max(values)) if values else math.nan
+
+
+def error_causes(rows: Iterable[dict[str, Any]]) -> str:
+    """"phase: count" per error phase, most frequent first."""
+    counts = Counter(row.get("phase") or "unknown" for row in rows if row["event"] == "error")
+    return "; ".join(f"{phase}: {n}" for phase, n in counts.most_common())
+
+
+def _quality_columns(prefix: str, value: stats.Estimate) -> dict[str, Any]:
+    return {f"{prefix}": value.mean, f"{prefix}_low": value.low, f"{prefix}_high": value.high,
+            f"{prefix}_n": value.n}
+
+
+def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[str, Any]:
+    results = [r for r in rows if r["event"] == "result"]
+    violations = [r for r in rows if r["event"] == "violation"]
+    errors = [r for r in rows if r["event"] == "error"]
+    scored = len(results) + len(violations)
+    all_items = stats.estimate(list(item_values(rows).values()), binary)
+    admitted = stats.estimate(list(item_values(rows, admitted_only=True).values()), binary)
+    used = [float(r["prompt_tokens"]) for r in results]
+    costs = [r["cost"] for r in results if r.get("cost") is not None]
+    served = [r["served_prompt_tokens"] for r in results if r.get("served_prompt_tokens") is not None]
+    completion = [r["completion_tokens"] for r in results if r.get("completion_tokens") is not None]
+    return {
+        "items": len({str(r["item_id"]) for r in rows}),
+        "repeats": len({int(r["repeat"]) for r in rows}),
+        "rows": len(rows),
+        "results": len(results),
+        "violations": len(violations),
+        "errors": len(errors),
+        "error_causes": error_causes(rows),
+        "violation_rate": len(violations) / scored if scored else math.nan,
+        **_quality_columns("quality_all", all_items),
+        **_quality_columns("quality_admitted", admitted),
+        "interval": all_items.method,
+        "used_tokens_mean": _mean(used),
+        "used_tokens_max": _max(used),
+        "utilisation_mean": _mean(used) / budget if used else math.nan,
+        "utilisation_max": _max(used) / budget if used else math.nan,
+        "latency_p50_s": stats.percentile([r.get("latency_s") for r in results], 50),
+        "latency_p95_s": stats.percentile([r.get("latency_s") for r in results], 95),
+        "strategy_p50_s": stats.percentile([r.get("strategy_s") for r in rows], 50),
+        "strategy_p95_s": stats.percentile([r.get("strategy_s") for r in rows], 95),
+        "served_prompt_tokens": int(sum(served)),
+        "served_prompt_rows": len(served),
+        "completion_tokens": int(sum(completion)),
+        "aux_calls": int(sum(r.get("aux_calls") or 0 for r in rows)),
+        "aux_prompt_tokens": int(sum(r.get("aux_prompt_tokens") or 0 for r in rows)),
+        "aux_completion_tokens": int(sum(r.get("aux_completion_tokens") or 0 for r in rows)),
+        "cost": float(sum(costs)) if costs else None,
+    }
+
+
+def summary_table(data: RunData) -> list[dict[str, Any]]:
+    approximate = data.approximate
+    table = []
+    for (task, strategy, budget), rows in data.cells().items():
+        regime = (data.manifest.get("strategies", {}).get(strategy) or {}).get("regime")
+        table.append({"task": task, "strategy": strategy, "regime": regime, "budget": budget,
+                      **cell_summary(rows, data.binary, budget), "approximate_counts": approximate})
+    return table
+
+
+def category_table(data: RunData) -> list[dict[str, Any]]:
+    approximate = data.approximate
+    table = []
+    for (task, strategy, budget), rows in data.cells().items():
+        by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_category[row.get("category") or "(none)"].append(row)
+        for category, category_rows in sorted(by_category.items()):
+            summary = cell_summary(category_rows, data.binary, budget)
+            keep = ("items", "results", "violations", "errors", "violation_rate", "quality_all", "quality_all_low",
+                    "quality_all_high", "quality_all_n", "quality_admitted", "quality_admitted_low",
+                    "quality_admitted_high", "quality_admitted_n", "interval")
+            table.append({"task": task, "category": category, "strategy": strategy, "budget": budget,
+                          **{k: summary[k] for k in keep}, "approximate_counts": approximate})
+    return table
+
+
+def parse_reference(reference: str | None) -> tuple[str | None, int | None]:
+    """``STRATEGY@BUDGET`` (one reference cell) or ``STRATEGY`` (that strategy at each budget)."""
+    if not reference:
+        return None, None
+    strategy, sep, budget = reference.partition("@")
+    if not strategy:
+        raise ValueError(f"--reference: expected STRATEGY or STRATEGY@BUDGET, got {reference!r}")
+    if not sep:
+        return strategy, None
+    try:
+        return strategy, int(budget)
+    except ValueError:
+        raise ValueError(f"--reference: budget must be an integer, got {budget!r} in {reference!r}") from None
+
+
+def comparisons(data: RunData, reference: str | None) -> list[tuple[tuple[str, str, int], tuple[str, str, int]]]:
+    """(candidate cell, reference cell) pairs. Default reference: the first strategy at each budget."""
+    cells = list(data.cells())
+    strategy, budget = parse_reference(reference)
+    strategy = strategy or data.strategy_order()[0]
+    if not any(c[1] == strategy for c in cells):
+        raise ValueError(f"--reference: strategy {strategy!r} has no rows; strategies: {data.strategy_order()}")
+    pairs = []
+    for task, cand_strategy, cand_budget in cells:
+        ref = (task, strategy, budget if budget is not None else cand_budget)
+        if ref not in data.cells():
+            if budget is not None:
+                raise ValueError(f"--reference: no cell {strategy}@{budget} for task {task!r}")
+            continue
+        if ref != (task, cand_strategy, cand_budget):
+            pairs.append(((task, cand_strategy, cand_budget), ref))
+    return pairs
+
+
+def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
+    """Candidate minus reference over the same items; missing and ingest-dropped items listed."""
+    cells = data.cells()
+    lost = data.ingest_losses()
+    table = []
+    for cand, ref in comparisons(data, reference):
+        dropped = set(lost.get(cand[0], {}))
+        cand_values = {k: v for k, v in item_values(cells[cand]).items() if k not in dropped}
+        ref_values = {k: v for k, v in item_values(cells[ref]).items() if k not in dropped}
+        cand_items = {str(r["item_id"]) for r in cells[cand]} - dropped
+        ref_items = {str(r["item_id"]) for r in cells[ref]} - dropped
+        shared = sorted(set(cand_values) & set(ref_values))
+        missing_cand = sorted((cand_items | ref_items) - set(cand_values))
+        missing_ref = sorted((cand_items | ref_items) - set(ref_values))
+        delta = stats.paired_delta([cand_values[i] for i in shared], [ref_values[i] for i in shared])
+        table.append({
+            "task": cand[0], "strategy": cand[1], "budget": cand[2],
+            "reference": f"{ref[1]}@{ref[2]}", "paired_items": delta.n,
+            "candidate_quality": float(np.mean([cand_values[i] for i in shared])) if shared else math.nan,
+            "reference_quality": float(np.mean([ref_values[i] for i in shared])) if shared else math.nan,
+            "delta": delta.mean, "delta_low": delta.low, "delta_high": delta.high,
+            "result": stats.verdict(delta),
+            "missing_in_candidate": len(missing_cand), "missing_in_reference": len(missing_ref),
+            "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
+            "dropped_ingest_loss": len(dropped & (cand_items | ref_items)),
+            "approximate_counts": data.approximate,
+        })
+    return table
+
+
+def error_table(data: RunData) -> list[dict[str, Any]]:
+    return [{"task": k[0], "strategy": k[1], "budget": k[2], "repeat": k[3], "item_id": k[4],
+             "phase": row.get("phase"), "cause": row.get("cause")}
+            for k, row in sorted(data.rows.items()) if row["event"] == "error"]
+
+
+def crossovers(summary: list[dict[str, Any]]) -> list[str]:
+    """Budget tiers where the best strategy (by quality over all items) changes."""
+    notes = []
+    for task in sorted({r["task"] for r in summary}):
+        best_by_budget = []
+        for budget in sorted({r["budget"] for r in summary if r["task"] == task}):
+            cells = [r for r in summary if r["task"] == task and r["budget"] == budget
+                     and not math.isnan(r["quality_all"])]
+            if not cells:
+                continue
+            top = max(r["quality_all"] for r in cells)
+            best_by_budget.append((budget, sorted(r["strategy"] for r in cells if r["quality_all"] == top), top))
+        for (b1, s1, q1), (b2, s2, q2) in zip(best_by_budget, best_by_budget[1:]):
+            if s1 != s2:
+                notes.append(f"{task}: the best strategy changes between budget {b1} ({', '.join(s1)}, {q1:.3f}) "
+                             f"and budget {b2} ({', '.join(s2)}, {q2:.3f}).")
+    return notes
+
+
+def non_monotone(summary: list[dict[str, Any]]) -> list[str]:
+    """Strategies whose quality drops when the budget grows."""
+    notes = []
+    for task, strategy in sorted({(r["task"], r["strategy"]) for r in summary}):
+        curve = sorted((r["budget"], r) for r in summary if r["task"] == task and r["strategy"] == strategy)
+        for (b1, r1), (b2, r2) in zip(curve, curve[1:]):
+            if r2["quality_all"] < r1["quality_all"]:
+                overlap = r2["quality_all_high"] >= r1["quality_all_low"]
+                notes.append(f"{task}: {strategy} drops from {r1['quality_all']:.3f} at budget {b1} to "
+                             f"{r2['quality_all']:.3f} at budget {b2}"
+                             + (" (intervals overlap: not distinguished)." if overlap else " (intervals do not overlap)."))
+    return notes

@@ -1,0 +1,164 @@
+"""Writes every output of a report: CSV, Markdown and JSON tables, the plots, the HTML site."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import FORMATS, tables
+from .data import ReportError, RunData, load_run
+from .html import fmt, item_page_name, write_html
+from .plots import write_plots
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], empty_columns: Iterable[str]) -> Path:
+    columns = list(rows[0]) if rows else list(empty_columns)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+    return path
+
+
+def _without_nan(value: Any) -> Any:
+    """JSON has no NaN: an undefined statistic becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _without_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nan(v) for v in value]
+    return value
+
+
+def _findings(data: RunData, summary, paired, errors, mismatches) -> list[str]:
+    findings = []
+    if data.approximate:
+        findings.append("Token counts are APPROXIMATE: at least one row was counted with an approximate tokenizer; "
+                        "every table is labelled so.")
+    findings += tables.crossovers(summary) or ["No crossover: the same strategy is best (by point estimate) at every budget."]
+    findings += tables.non_monotone(summary) or ["Every strategy's quality is non-decreasing in the budget."]
+    distinguished = [r for r in paired if r["result"] != "not distinguished"]
+    for row in distinguished:
+        findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} is {row['result']} than {row['reference']} "
+                        f"by {row['delta']:+.3f} [{row['delta_low']:+.3f}, {row['delta_high']:+.3f}] over "
+                        f"{row['paired_items']} paired items.")
+    if paired and not distinguished:
+        findings.append("No paired difference is distinguished from zero at 95%: the report makes no ranking claim.")
+    for row in summary:
+        if row["violations"]:
+            findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
+                            f"{row['violations']} of {row['results'] + row['violations']} rows "
+                            f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])}).")
+    if errors:
+        findings.append(f"{len(errors)} error rows (not scored; listed under Errors): "
+                        + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
+    for task, lost in sorted(data.ingest_losses().items()):
+        findings.append(f"{task}: {len(lost)} items lost memory sessions at ingest and are dropped from every paired "
+                        f"comparison: {', '.join(sorted(lost))}.")
+    if mismatches:
+        findings.append(f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
+                        f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens).")
+    else:
+        findings.append("Served-count audit: every server-reported prompt size matched our count"
+                        + (f" ({data.served_unreported()} rows had no server figure)." if data.served_unreported() else "."))
+    return findings
+
+
+def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]:
+    """Everything the outputs show, as plain data (also the JSON report)."""
+    summary = tables.summary_table(data)
+    paired = tables.paired_table(data, reference)
+    errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
+    mismatches = [{"task": r["task"], "strategy": r["strategy"], "budget": r["budget"], "repeat": r["repeat"],
+                   "item_id": r["item_id"], "page": item_page_name(str(r["item_id"])),
+                   "prompt_tokens": r["prompt_tokens"], "served_prompt_tokens": r["served_prompt_tokens"],
+                   "difference": r["served_prompt_tokens"] - r["prompt_tokens"]}
+                  for r in sorted(data.served_mismatches(), key=lambda r: (r["strategy"], r["budget"], r["item_id"]))]
+    ingest_lost = [{"task": task, "item_id": item, "strategy": row["strategy"], "cause": row.get("cause")}
+                   for task, lost in sorted(data.ingest_losses().items()) for item, row in sorted(lost.items())]
+    served_checked = sum(1 for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None)
+    return {
+        "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
+        "run_dir": str(data.run_dir),
+        "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "manifest": data.manifest,
+        "approximate": data.approximate,
+        "error_policy": tables.ERROR_POLICY,
+        "reference": reference,
+        "summary": summary,
+        "paired": paired,
+        "categories": tables.category_table(data),
+        "errors": errors,
+        "ingest_lost": ingest_lost,
+        "served_mismatches": mismatches,
+        "served_checked": served_checked,
+        "served_unreported": data.served_unreported(),
+        "findings": _findings(data, summary, paired, errors, mismatches),
+    }
+
+
+def _markdown(context: dict[str, Any]) -> str:
+    note = " (approximate token counts)" if context["approximate"] else ""
+
+    def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+        return lines + [""]
+
+    lines = [f"# BudgetBench report: {context['title']}", ""]
+    if context["approximate"]:
+        lines += ["**Approximate token counts**: every table below is approximate.", ""]
+    lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
+    lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
+        "task", "strategy", "budget", "items", "violations", "errors", "violation_rate", "quality_all",
+        "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
+        "utilisation_mean", "latency_p50_s", "latency_p95_s", "strategy_p50_s"])
+    lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
+        "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
+        "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
+    lines += [f"## Per category{note}", ""] + table(context["categories"], [
+        "task", "category", "strategy", "budget", "items", "violations", "quality_all", "quality_all_low",
+        "quality_all_high", "quality_admitted"])
+    if context["errors"]:
+        lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"])
+    return "\n".join(lines)
+
+
+def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+    """Write the report into ``run_dir/report/``; returns name -> path of every file written."""
+    formats = list(formats)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ReportError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
+    data = load_run(Path(run_dir), with_prompts="html" in formats)
+    context = build_context(data, reference)
+    out = data.run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    plots = write_plots(context["summary"], out, data.approximate)
+    paths.update({f"plot_{name}": path for name, path in plots.items()})
+    if "csv" in formats:
+        paths["summary_csv"] = _write_csv(out / "summary.csv", context["summary"], ["task", "strategy", "budget"])
+        paths["paired_csv"] = _write_csv(out / "paired.csv", context["paired"],
+                                         ["task", "strategy", "budget", "reference", "paired_items", "delta"])
+        paths["categories_csv"] = _write_csv(out / "categories.csv", context["categories"],
+                                             ["task", "category", "strategy", "budget"])
+        paths["errors_csv"] = _write_csv(out / "errors.csv", context["errors"],
+                                         ["task", "strategy", "budget", "repeat", "item_id", "phase", "cause", "page"])
+    if "md" in formats:
+        paths["md"] = out / "report.md"
+        paths["md"].write_text(_markdown(context), encoding="utf-8")
+    if "json" in formats:
+        paths["json"] = out / "report.json"
+        body = _without_nan({k: v for k, v in context.items() if k != "manifest"})
+        paths["json"].write_text(json.dumps(body, indent=1, ensure_ascii=False, default=str, allow_nan=False),
+                                 encoding="utf-8")
+    if "html" in formats:
+        paths["html"] = write_html(out, data, context, plots)
+    return paths

@@ -1,0 +1,117 @@
+"""Report statistics on constructed inputs: Wilson, bootstraps, paired deltas, scoring rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from budgetbench_core.report import ReportError
+from budgetbench_core.report.data import check_versions
+from budgetbench_core.report.plots import pareto_front
+from budgetbench_core.report.stats import bootstrap_mean, estimate, paired_delta, verdict, wilson
+from budgetbench_core.report.tables import cell_summary, item_values, parse_reference
+
+
+def test_wilson_known_values():
+    low, high = wilson(8, 10)
+    assert round(low, 3) == 0.490 and round(high, 3) == 0.943
+    # Not Wald (defect 9): Wald gives 0.8 +- 0.248 = [0.552, 1.048].
+    assert abs(low - 0.552) > 0.05 and high < 1
+    assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
+    assert wilson(10, 10)[1] == pytest.approx(1.0) and wilson(10, 10)[0] == pytest.approx(0.7225, abs=1e-4)
+
+
+def test_estimate_picks_wilson_only_for_binary_per_item_values():
+    assert estimate([1, 1, 0, 1, 1, 1, 1, 0, 1, 1], binary=True).method == "wilson"
+    # A repeat-averaged item (0.5) is no longer a Bernoulli outcome: bootstrap instead.
+    assert estimate([1, 0.5, 0, 1], binary=True).method == "bootstrap"
+    assert estimate([0.2, 0.9, 0.4], binary=False).method == "bootstrap"
+    assert estimate([], binary=True).n == 0
+
+
+def test_bootstrap_is_seeded_and_brackets_the_mean():
+    values = np.linspace(0, 1, 25) ** 2
+    first, again, other = bootstrap_mean(values, seed=3), bootstrap_mean(values, seed=3), bootstrap_mean(values, seed=4)
+    assert first == again and first != other
+    assert first[0] < values.mean() < first[1]
+    # Close to the normal approximation for a smooth statistic.
+    half = 1.96 * values.std(ddof=1) / math.sqrt(values.size)
+    assert first[0] == pytest.approx(values.mean() - half, abs=0.03)
+    assert first[1] == pytest.approx(values.mean() + half, abs=0.03)
+
+
+def test_paired_bootstrap_on_constructed_example():
+    """Item difficulty varies a lot, the gain is steady: pairing finds what separate intervals cannot."""
+    reference = np.linspace(0.0, 0.9, 20)
+    gains = np.array([0.05, 0.15] * 10)
+    candidate = reference + gains
+    separate_a, separate_b = estimate(candidate, binary=False), estimate(reference, binary=False)
+    assert separate_a.low < separate_b.high  # the unpaired intervals overlap
+    delta = paired_delta(candidate, reference)
+    assert delta.mean == pytest.approx(0.1)
+    # Per-item differences have sd 0.0513, so the interval is about 0.1 +- 0.022.
+    assert 0.07 < delta.low < 0.085 and 0.115 < delta.high < 0.13
+    assert verdict(delta) == "higher"
+    assert verdict(paired_delta(reference, candidate)) == "lower"
+
+
+def test_paired_delta_not_distinguished_when_interval_spans_zero():
+    reference = np.full(12, 0.5)
+    candidate = reference + np.array([0.5, -0.5] * 6)  # better on half the items, worse on the other half
+    delta = paired_delta(candidate, reference)
+    assert delta.mean == pytest.approx(0.0) and delta.low < 0 < delta.high
+    assert verdict(delta) == "not distinguished"
+    assert verdict(paired_delta([1.0], [0.0])) == "not distinguished"  # one item proves nothing
+    with pytest.raises(ValueError, match="same items"):
+        paired_delta([1, 0], [1])
+
+
+def _row(event, item, repeat=0, quality=None, **extra):
+    row = {"event": event, "item_id": item, "repeat": repeat, "task": "t", "strategy": "s", "budget": 100}
+    if quality is not None:
+        row["quality"] = quality
+    return row | extra
+
+
+def test_item_values_average_repeats_and_never_score_errors():
+    rows = [_row("result", "a", 0, 1.0, prompt_tokens=90), _row("result", "a", 1, 0.0, prompt_tokens=80),
+            _row("violation", "b", 0, 0, prompt_tokens=120), _row("result", "b", 1, 1.0, prompt_tokens=95),
+            _row("error", "c", 0, phase="model", cause="boom"), _row("error", "c", 1, phase="model", cause="boom")]
+    assert item_values(rows) == {"a": 0.5, "b": 0.5}
+    assert item_values(rows, admitted_only=True) == {"a": 0.5, "b": 1.0}
+    summary = cell_summary(rows, binary=True, budget=100)
+    assert summary["items"] == 3 and summary["errors"] == 2 and summary["error_causes"] == "model: 2"
+    assert summary["quality_all"] == 0.5 and summary["quality_all_n"] == 2
+    assert summary["quality_admitted"] == 0.75 and summary["quality_admitted_n"] == 2
+    assert summary["violation_rate"] == 0.25
+    # Used budget over admitted rows only (defect 8: no zeros from failed items).
+    assert summary["used_tokens_mean"] == pytest.approx((90 + 80 + 95) / 3) and summary["used_tokens_max"] == 95
+
+
+def test_pareto_front():
+    points = [(1.0, 0.5), (2.0, 0.7), (1.5, 0.4), (3.0, 0.7), (0.5, 0.1)]
+    assert pareto_front(points) == [0, 1, 4]
+
+
+def test_reference_parsing():
+    assert parse_reference("rag@2048") == ("rag", 2048)
+    assert parse_reference("rag") == ("rag", None)
+    with pytest.raises(ValueError, match="integer"):
+        parse_reference("rag@big")
+
+
+def test_report_refuses_unversioned_plugins(tmp_path):
+    rows = {("t", "s", 1, 0, "i"): {"task": "t", "strategy": "s", "event": "result", "grader": {"name": "g"}}}
+    manifest = {"versions": {"budgetbench": "0.1.0", "dist-a": "1.0"},
+                "plugins_used": {"task:t": {"distribution": "dist-a", "version": "1.0"},
+                                 "strategy:s": {"distribution": "dist-a", "version": "1.0"},
+                                 "grader:g": {"distribution": "dist-a", "version": "1.0"}}}
+    check_versions(manifest, rows, tmp_path / "manifest.json")
+    manifest["plugins_used"]["strategy:s"]["version"] = "unknown"
+    with pytest.raises(ReportError, match="strategy:s"):
+        check_versions(manifest, rows, tmp_path / "manifest.json")
+    del manifest["plugins_used"]["strategy:s"]
+    with pytest.raises(ReportError, match="strategy:s produced rows but is not in plugins_used"):
+        check_versions(manifest, rows, tmp_path / "manifest.json")
