@@ -82,6 +82,9 @@ class ModelCaller:
                     delay = max(delay, exc.retry_after)
                 time.sleep(min(delay, MAX_BACKOFF_S))
                 continue
+            except Exception as exc:  # the server answered unusably (ResponseError) or the backend broke
+                self._count()
+                raise CallFailed(f"{type(exc).__name__} (not retried): {exc}", attempts) from exc
             if self.cache is not None:
                 self.cache.put(key, completion)
             return CallOutcome(completion, attempts, False)
