@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -61,10 +62,12 @@ class PromptCounter:
     """
 
     _PROBE = "probe"
+    _EXACT_CACHE_SIZE = 128
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self._content_cache: dict[str, int] = {}
+        self._exact_cache: OrderedDict[tuple, int] = OrderedDict()
         self._role_overhead: dict[str, int] = {}
         self._lock = threading.Lock()
         self._base: int | None = None
@@ -74,8 +77,23 @@ class PromptCounter:
         return self.tokenizer.info
 
     def count(self, messages: Sequence[Message]) -> int:
-        """Exact count of the rendered prompt."""
-        return self.tokenizer.count(messages)
+        """Exact count of the rendered prompt.
+
+        Recent counts are remembered by (role, content) sequence, because the prompt a
+        strategy confirmed with ``fit`` is counted again by the runner; on a 32K-token
+        prompt that second count costs tens of milliseconds.
+        """
+        key = tuple((m.role, m.content) for m in messages)
+        with self._lock:
+            cached = self._exact_cache.get(key)
+        if cached is not None:
+            return cached
+        exact = self.tokenizer.count(messages)
+        with self._lock:
+            self._exact_cache[key] = exact
+            if len(self._exact_cache) > self._EXACT_CACHE_SIZE:
+                self._exact_cache.popitem(last=False)
+        return exact
 
     def content_tokens(self, content: str) -> int:
         key = hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
