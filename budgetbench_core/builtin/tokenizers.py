@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,8 @@ class TiktokenTokenizer(Tokenizer):
     """OpenAI encodings with OpenAI's published chat overhead (3 per message, 3 for the reply).
 
     Approximate: OpenAI does not publish its chat template, so rows are labelled so.
+    The count is a sum over messages, so each message's tokens are cached: encoding a
+    32K-token prompt again for every tier would cost tens of milliseconds.
     """
 
     PER_MESSAGE = 3
@@ -78,6 +81,7 @@ class TiktokenTokenizer(Tokenizer):
                 f"set TIKTOKEN_CACHE_DIR to a folder holding it"
             ) from exc
         self.info = TokenizerInfo(id=f"tiktoken:{self.encoding.name}", backend="tiktoken", exact=False)
+        self._cached_count = functools.lru_cache(maxsize=8192)(self.count_text)
 
     def render(self, messages: Sequence[Message]) -> str:
         return "".join(f"<|start|>{m.role}<|message|>{m.content}<|end|>" for m in messages) + "<|start|>assistant<|message|>"
@@ -87,7 +91,7 @@ class TiktokenTokenizer(Tokenizer):
 
     def count(self, messages: Sequence[Message]) -> int:
         return self.REPLY_PRIMING + sum(
-            self.PER_MESSAGE + self.count_text(m.role) + self.count_text(m.content) for m in messages
+            self.PER_MESSAGE + self._cached_count(m.role) + self._cached_count(m.content) for m in messages
         )
 
 
