@@ -81,17 +81,20 @@ class TiktokenTokenizer(Tokenizer):
                 f"set TIKTOKEN_CACHE_DIR to a folder holding it"
             ) from exc
         self.info = TokenizerInfo(id=f"tiktoken:{self.encoding.name}", backend="tiktoken", exact=False)
-        self._cached_count = functools.lru_cache(maxsize=8192)(self.count_text)
+        self._cached_count = functools.lru_cache(maxsize=8192)(self._encoded_length)
 
     def render(self, messages: Sequence[Message]) -> str:
         return "".join(f"<|start|>{m.role}<|message|>{m.content}<|end|>" for m in messages) + "<|start|>assistant<|message|>"
 
-    def count_text(self, text: str) -> int:
+    def _encoded_length(self, text: str) -> int:
         return len(self.encoding.encode(text, disallowed_special=()))
+
+    def count_text(self, text: str) -> int:
+        return self._cached_count(text)
 
     def count(self, messages: Sequence[Message]) -> int:
         return self.REPLY_PRIMING + sum(
-            self.PER_MESSAGE + self._cached_count(m.role) + self._cached_count(m.content) for m in messages
+            self.PER_MESSAGE + self.count_text(m.role) + self.count_text(m.content) for m in messages
         )
 
 
