@@ -1,0 +1,104 @@
+"""The runner on the real embedded model: budget enforcement, violations, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from budgetbench_core.runlog import final_rows, iter_events, read_manifest
+from budgetbench_core.runner import RunConfig, RunConfigError, run
+
+SMALL = {"items": 3, "history_tokens": 1200}
+
+
+def config(tmp_path, **overrides):
+    settings = dict(task="synthetic-memory", strategies=["truncation", "full_context"], budgets=[256, 512],
+                    limit=2, out=tmp_path, task_options=SMALL, max_concurrency=2)
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    summary = run(config(out))
+    return out, summary
+
+
+def test_every_cell_ends_in_a_row_and_none_is_over_budget(finished_run):
+    out, summary = finished_run
+    rows = final_rows(out)
+    assert len(rows) == summary.cells_total == 2 * 2 * 2
+    for (task, strategy, budget, repeat, item), row in rows.items():
+        if row["event"] == "result":
+            assert row["prompt_tokens"] <= budget
+            assert row["served_prompt_tokens"] == row["prompt_tokens"]
+        elif row["event"] == "violation":
+            assert row["prompt_tokens"] > budget and row["quality"] == 0
+        else:
+            pytest.fail(f"unexpected error row: {row}")
+
+
+def test_full_context_over_budget_is_a_violation_and_never_sent(finished_run):
+    out, summary = finished_run
+    violations = [r for r in final_rows(out).values() if r["event"] == "violation"]
+    assert violations and all(r["strategy"] == "full_context" for r in violations)
+    # model calls are made for admitted prompts only (retries under load are counted as attempts)
+    attempts = sum(r["attempts"] for r in final_rows(out).values() if r["event"] == "result")
+    assert summary.model_calls == attempts >= summary.results
+
+
+def test_manifest_records_versions_model_and_tokenizer(finished_run):
+    out, _ = finished_run
+    manifest = read_manifest(out)
+    assert manifest["schema_version"] == "1"
+    assert manifest["tokenizer"]["exact"] is True and manifest["tokenizer"]["backend"] == "llama.cpp-server"
+    assert manifest["versions"]["budgetbench"]
+    assert manifest["plugins_used"]["strategy:truncation"]["distribution"] == "budgetbench"
+    assert manifest["model"]["backend"] == "local"
+    assert manifest["strategies"]["truncation"]["regime"] == "local-only"
+
+
+def test_resume_makes_no_model_call_and_keeps_rows(finished_run):
+    out, _ = finished_run
+    before = {k: (r["event"], r.get("prediction")) for k, r in final_rows(out).items()}
+    summary = run(config(out))
+    assert summary.model_calls == 0
+    assert summary.cells_skipped == summary.cells_total
+    assert {k: (r["event"], r.get("prediction")) for k, r in final_rows(out).items()} == before
+
+
+def test_torn_last_line_is_ignored_and_repaired(finished_run, tmp_path):
+    out, _ = finished_run
+    cell = next((out / "cells").rglob("r0.jsonl"))
+    with open(cell, "a", encoding="utf-8") as handle:
+        handle.write('{"event": "result", "task": "synth')  # a write cut short by kill -9
+    rows_before = len(final_rows(out))
+    summary = run(config(out))
+    assert summary.model_calls == 0 and len(final_rows(out)) == rows_before
+    assert cell.read_text(encoding="utf-8").endswith("\n")
+    json.loads(cell.read_text(encoding="utf-8").splitlines()[-1])
+
+
+def test_changed_identity_is_refused(finished_run):
+    out, _ = finished_run
+    with pytest.raises(RunConfigError, match="seed"):
+        run(config(out, seed=1))
+
+
+def test_budget_below_system_and_query_is_a_violation(tmp_path):
+    summary = run(config(tmp_path, strategies=["truncation"], budgets=[20], limit=1))
+    assert summary.violations == 1 and summary.model_calls == 0
+
+
+def test_budget_over_local_context_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="8192-token context"):
+        run(config(tmp_path, budgets=[16384]))
+
+
+def test_prompt_audit_precedes_every_decision(finished_run):
+    out, _ = finished_run
+    audits = {(e["strategy"], e["budget"], e["item_id"]) for e in iter_events(out) if e["event"] == "prompt_audit"}
+    decided = {(k[1], k[2], k[4]) for k in final_rows(out)}
+    assert decided <= audits
