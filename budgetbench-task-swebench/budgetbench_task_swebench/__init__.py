@@ -1,0 +1,1 @@
+"""SWE-bench Verified as a BudgetBench task, with a patch-similarity proxy grader and an official-format export."""
