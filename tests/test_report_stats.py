@@ -82,7 +82,7 @@ def test_item_values_average_repeats_and_never_score_errors():
     assert item_values(rows) == {"a": 0.5, "b": 0.5}
     assert item_values(rows, admitted_only=True) == {"a": 0.5, "b": 1.0}
     summary = cell_summary(rows, binary=True, budget=100)
-    assert summary["items"] == 3 and summary["errors"] == 2 and summary["error_causes"] == "model: 2"
+    assert summary["n_items"] == 3 and summary["errors"] == 2 and summary["error_causes"] == "model: 2"
     assert summary["quality_all"] == 0.5 and summary["quality_all_n"] == 2
     assert summary["quality_admitted"] == 0.75 and summary["quality_admitted_n"] == 2
     assert summary["violation_rate"] == 0.25

@@ -26,7 +26,7 @@ class RunData:
     run_dir: Path
     manifest: dict[str, Any]
     rows: dict[Key, dict[str, Any]]
-    prompts: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    prompts: dict[Key, dict[str, Any] | None] = field(default_factory=dict)
     aux_calls: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -110,6 +110,7 @@ def load_run(run_dir: Path, with_prompts: bool = True) -> RunData:
     check_versions(manifest, rows, run_dir / "manifest.json")
     data = RunData(run_dir, manifest, rows)
     if with_prompts:
+        pending_prompt: dict[Key, dict[str, Any]] = {}
         pending_aux: dict[Key, list[dict[str, Any]]] = defaultdict(list)
         for event in iter_events(run_dir):
             kind = event.get("event")
@@ -117,9 +118,10 @@ def load_run(run_dir: Path, with_prompts: bool = True) -> RunData:
                 continue
             key = (event["task"], event["strategy"], int(event["budget"]), int(event["repeat"]), str(event["item_id"]))
             if kind == "prompt_audit":
-                data.prompts[key] = event
+                pending_prompt[key] = event
             elif kind == "aux_call":
                 pending_aux[key].append(event)
-            else:  # a terminal row closes the aux calls made for it
+            else:  # a terminal row closes the prompt and aux calls made for this attempt only
+                data.prompts[key] = pending_prompt.pop(key, None)
                 data.aux_calls[key] = pending_aux.pop(key, [])
     return data

@@ -75,7 +75,7 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
     served = [r["served_prompt_tokens"] for r in results if r.get("served_prompt_tokens") is not None]
     completion = [r["completion_tokens"] for r in results if r.get("completion_tokens") is not None]
     return {
-        "items": len({str(r["item_id"]) for r in rows}),
+        "n_items": len({str(r["item_id"]) for r in rows}),
         "repeats": len({int(r["repeat"]) for r in rows}),
         "rows": len(rows),
         "results": len(results),
@@ -123,12 +123,12 @@ def category_table(data: RunData) -> list[dict[str, Any]]:
             by_category[row.get("category") or "(none)"].append(row)
         for category, category_rows in sorted(by_category.items()):
             summary = cell_summary(category_rows, data.binary, budget)
-            keep = ("items", "results", "violations", "errors", "violation_rate", "quality_all", "quality_all_low",
+            keep = ("n_items", "results", "violations", "errors", "violation_rate", "quality_all", "quality_all_low",
                     "quality_all_high", "quality_all_n", "quality_admitted", "quality_admitted_low",
                     "quality_admitted_high", "quality_admitted_n", "interval")
             table.append({"task": task, "category": category, "strategy": strategy, "budget": budget,
                           **{k: summary[k] for k in keep}, "approximate_counts": approximate})
-    return table
+    return sorted(table, key=lambda r: (r["task"], r["category"]))
 
 
 def parse_reference(reference: str | None) -> tuple[str | None, int | None]:
@@ -148,7 +148,7 @@ def parse_reference(reference: str | None) -> tuple[str | None, int | None]:
 
 def comparisons(data: RunData, reference: str | None) -> list[tuple[tuple[str, str, int], tuple[str, str, int]]]:
     """(candidate cell, reference cell) pairs. Default reference: the first strategy at each budget."""
-    cells = list(data.cells())
+    cells = data.cells()
     strategy, budget = parse_reference(reference)
     strategy = strategy or data.strategy_order()[0]
     if not any(c[1] == strategy for c in cells):
@@ -156,7 +156,7 @@ def comparisons(data: RunData, reference: str | None) -> list[tuple[tuple[str, s
     pairs = []
     for task, cand_strategy, cand_budget in cells:
         ref = (task, strategy, budget if budget is not None else cand_budget)
-        if ref not in data.cells():
+        if ref not in cells:
             if budget is not None:
                 raise ValueError(f"--reference: no cell {strategy}@{budget} for task {task!r}")
             continue

@@ -55,6 +55,13 @@ def _findings(data: RunData, summary, paired, errors, mismatches) -> list[str]:
             findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
                             f"{row['violations']} of {row['results'] + row['violations']} rows "
                             f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])}).")
+    for task in sorted({r["task"] for r in summary}):
+        expected = len({k[4] for k in data.rows if k[0] == task})
+        short = [f"{r['strategy']}@{r['budget']} ({r['n_items']})" for r in summary
+                 if r["task"] == task and r["n_items"] < expected]
+        if short:
+            findings.append(f"{task}: incomplete run, these cells have rows for fewer than the task's {expected} items "
+                            f"(run the same command again to finish): {', '.join(short)}.")
     if errors:
         findings.append(f"{len(errors)} error rows (not scored; listed under Errors): "
                         + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
@@ -116,14 +123,14 @@ def _markdown(context: dict[str, Any]) -> str:
         lines += ["**Approximate token counts**: every table below is approximate.", ""]
     lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
     lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
-        "task", "strategy", "budget", "items", "violations", "errors", "violation_rate", "quality_all",
+        "task", "strategy", "budget", "n_items", "violations", "errors", "violation_rate", "quality_all",
         "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
         "utilisation_mean", "latency_p50_s", "latency_p95_s", "strategy_p50_s"])
     lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
         "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
         "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
     lines += [f"## Per category{note}", ""] + table(context["categories"], [
-        "task", "category", "strategy", "budget", "items", "violations", "quality_all", "quality_all_low",
+        "task", "category", "strategy", "budget", "n_items", "violations", "quality_all", "quality_all_low",
         "quality_all_high", "quality_admitted"])
     if context["errors"]:
         lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"])
