@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,16 @@ def _history_fingerprint(history: Sequence[Message]) -> int:
     """Checked after every cell; hashable metadata is hashed directly (str hashes are
     cached), since turning every value into text cost ~5 ms per cell on a 500-message history."""
     return hash(tuple(map(_message_fingerprint, history)))
+
+
+def _private_copy(item: Item) -> Item:
+    """``item`` with Message objects of its own, so a strategy that defeats the frozen
+    dataclasses (``object.__setattr__``) spoils only its own cells, not its neighbours'."""
+    def copy(message: Message) -> Message:
+        return Message(message.role, message.content, message.metadata)
+
+    return replace(item, history=tuple(map(copy, item.history)), query=copy(item.query),
+                   system=copy(item.system) if item.system is not None else None)
 
 
 def _prompt_hash(messages: Sequence[Message]) -> str:
@@ -417,6 +427,7 @@ class Run:
             self.stats["cells_skipped"] += len(pairs) - len(todo)
         if not todo:
             return
+        item = _private_copy(item)
         strategy = self._strategy(strategy_name)
         try:
             strategy.reset()
