@@ -467,7 +467,9 @@ class Run:
             previous = read_manifest(self.run_dir) or {}
             invoked = now()
             manifest = self._manifest(tokenizer, previous.get("started", invoked))
-            manifest["invocations"] = previous.get("invocations", [])
+            # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
+            manifest["invocations"] = [*previous.get("invocations", []),
+                                       {"started": invoked, "finished": None, "calls_made": None}]
             write_json_atomic(self.run_dir / "manifest.json", manifest)
             cache = ResponseCache(self.run_dir / "cache.sqlite")
             self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries)
@@ -495,9 +497,9 @@ class Run:
                 cache.close()
                 self.log.close()
                 calls = self.caller.calls_made + (self.judge_caller.calls_made if self.judge_backend else 0)
-                manifest.setdefault("invocations", []).append(
-                    {"started": invoked, "finished": None if self._stop.is_set() else now(), "calls_made": calls})
-                manifest["calls_made"] = sum(i["calls_made"] for i in manifest["invocations"])
+                manifest["invocations"][-1] = {"started": invoked, "finished": None if self._stop.is_set() else now(),
+                                               "calls_made": calls}
+                manifest["calls_made"] = sum(i["calls_made"] or 0 for i in manifest["invocations"])
                 write_json_atomic(self.run_dir / "manifest.json", manifest)
         finally:
             self.backend.stop()
