@@ -45,7 +45,7 @@ from .runlog import (
     write_json_atomic,
 )
 from .strategies import MemoryStrategy, StrategyContext
-from .tasks import Task
+from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
 
 DEFAULT_BUDGETS = (2048, 4096, 8192, 16384, 32768)
@@ -240,6 +240,17 @@ class Run:
         factory = self.registry.get("tokenizer", prefix).obj
         return factory(argument, self.backend)
 
+    def _load_items(self) -> list[Item]:
+        """All items up front; a loader bug becomes an error naming the task and its distribution."""
+        try:
+            return list(self.task.load(self.config.limit, self.config.seed))
+        except TaskDataError:
+            raise  # already names the file, record and field
+        except Exception as exc:
+            registered = self.registry.get("task", self.config.task)
+            raise PluginError(f"task {self.config.task!r} ({registered.plugin.distribution}) failed to load its items: "
+                              f"{_describe_error(exc)}") from exc
+
     def _manifest(self, tokenizer: Tokenizer, started: str) -> dict[str, Any]:
         strategies = {}
         for name in self.config.strategies:
@@ -262,6 +273,8 @@ class Run:
             "model": self.backend.describe(),
             "judge": self.judge_backend.describe() if self.judge_backend else None,
             "tokenizer": tokenizer.info.to_dict(),
+            "plugin_failures": [{"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
+                                for p in self.registry.failures],
             "git_commit": _git_commit(),
             "host": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
         }
@@ -453,7 +466,7 @@ class Run:
         started_clock = time.perf_counter()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._check_identity()
-        items = list(self.task.load(self.config.limit, self.config.seed))
+        items = self._load_items()
         ids = [item.id for item in items]
         if len(set(ids)) != len(ids):
             raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids")
