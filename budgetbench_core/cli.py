@@ -53,6 +53,13 @@ def _strategy_params(values: tuple[str, ...]) -> dict[str, dict[str, object]]:
     return grouped
 
 
+def _refuse_secret_option(ctx, param, value) -> None:
+    """Callback of the hidden --api-key/--key options: click parses options before the
+    command runs, so without them a key on the command line got click's generic error."""
+    if value is not None:
+        raise click.UsageError(SECRET_OPTION_HINT)
+
+
 def _refuse_key_in_argv() -> None:
     for arg in sys.argv[1:]:
         if arg.startswith(("--api-key", "--key")) or arg.lower().startswith("api_key="):
@@ -117,6 +124,7 @@ def run_options(function):
                      help="Budget tiers in input tokens, space or comma separated."),
         click.option("--model", "-m", default="local", show_default=True,
                      help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string."),
+        click.option("--api-key", "--key", hidden=True, expose_value=False, callback=_refuse_secret_option),
         click.option("--api-base", default=None, help="Server address for openai/<name> models (MLX, vLLM, llama.cpp)."),
         click.option("--tokenizer", default=None, help="hf:<dir>, tiktoken:<encoding>, gguf:<file> or server. "
                      "Default: the backend's exact tokenizer."),
