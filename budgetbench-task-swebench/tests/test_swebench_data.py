@@ -107,3 +107,21 @@ def test_bad_options_are_clear(tmp_path):
         SWEBenchVerified(repo_cache=str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match="max_files must be a positive integer"):
         SWEBenchVerified(max_files=0)
+
+
+
+def test_registered_through_the_entry_point():
+    from importlib.metadata import distribution
+
+    points = [p for p in distribution("budgetbench-task-swebench").entry_points if p.group == "budgetbench"]
+    assert len(points) == 1
+    module = points[0].load()
+    registered = []
+    module.register_tasks(registered.append)
+    module.register_graders(registered.append)
+    assert [cls.__name__ for cls in registered] == ['SWEBenchVerified', 'PatchSimilarity']
+    import click
+
+    group = click.Group()
+    module.register_commands(group)
+    assert list(group.commands) == ["swebench-export"]

@@ -19,7 +19,8 @@ SAMPLE = ROOT.parent / "shared" / "data" / "longbench_v2" / "longbench_v2_short_
 def test_truncation_run_on_the_local_model(tmp_path):
     options = {"path": str(SAMPLE), "max_natural_tokens": 12000}
     config = RunConfig(task="longbench-v2", strategies=["truncation"], budgets=[1024, 2048], out=tmp_path / "run",
-                       model="local", limit=2, max_concurrency=1, task_options=options)
+                       model="local", limit=2, max_concurrency=1, task_options=options,
+                       timeout_s=900)  # generous: CI machines may be shared
     summary = run(config)
     assert summary.errors == 0 and summary.results + summary.violations == 4
 

@@ -142,3 +142,16 @@ def test_bad_options_and_missing_file_are_clear(tmp_path):
         LongBenchV2(chunk_tokens=0)
     with pytest.raises(TaskDataError, match="data file not found"):
         list(LongBenchV2(path=str(tmp_path / "missing.json")).load(None, 0))
+
+
+
+def test_registered_through_the_entry_point():
+    from importlib.metadata import distribution
+
+    points = [p for p in distribution("budgetbench-task-longbench").entry_points if p.group == "budgetbench"]
+    assert len(points) == 1
+    module = points[0].load()
+    registered = []
+    module.register_tasks(registered.append)
+    module.register_graders(registered.append)
+    assert [cls.__name__ for cls in registered] == ['LongBenchV2', 'LongBenchChoice']
