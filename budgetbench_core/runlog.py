@@ -26,6 +26,20 @@ class RunLogError(ValueError):
     """A run directory file that cannot be read; the message names the file and line."""
 
 
+_SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every secret-looking environment variable (``*_API_KEY``,
+    ``*_TOKEN``...) replaced by its name: servers and libraries quote keys back in error
+    messages, and nothing written to a run directory may carry one. Read on every call,
+    since keys may be set after import."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_VARIABLE.search(name) and value in text:
+            text = text.replace(value, f"<{name} redacted>")
+    return text
+
+
 def safe_name(text: str) -> str:
     """A path component that cannot escape the run directory."""
     return re.sub(r"[^A-Za-z0-9_.@=-]", "_", str(text)) or "_"
@@ -73,7 +87,7 @@ class EventLog:
 
     def append(self, event: dict[str, Any]) -> None:
         path = cell_path(self.run_dir, event["task"], event["strategy"], event["budget"], event["repeat"])
-        line = json.dumps({"time": now(), **event}, ensure_ascii=False, default=str) + "\n"
+        line = redact(json.dumps({"time": now(), **event}, ensure_ascii=False, default=str)) + "\n"
         with self._lock:
             handle = self._handles.get(path)
             if handle is None:
@@ -133,7 +147,7 @@ def final_rows(run_dir: Path) -> dict[tuple, dict[str, Any]]:
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    tmp.write_text(redact(json.dumps(data, indent=2, ensure_ascii=False, default=str)), encoding="utf-8")
     tmp.replace(path)
 
 
