@@ -1,0 +1,206 @@
+"""The conformance kit: every built-in passes it, and each check fails on a plugin that breaks its rule."""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from budgetbench_core import (
+    IngestFailure,
+    IngestReport,
+    MemoryStrategy,
+    MemorySystem,
+    Message,
+    Regime,
+    RetrievedItem,
+)
+from budgetbench_core.builtin import strategies as builtin
+from budgetbench_core.plugin_commands import check_plugin
+from budgetbench_core.testing import ConformanceKit, open_kit, standard_items
+
+
+@pytest.fixture(scope="module")
+def kit():
+    with open_kit() as conformance:
+        yield conformance
+
+
+def statuses(results) -> dict[str, str]:
+    return {r.check: r.status for r in results}
+
+
+# ----------------------------------------------------------------- built-ins pass
+
+@pytest.mark.parametrize("strategy", [builtin.Truncation, builtin.Recency, builtin.Checkpoint, builtin.FullContext])
+def test_builtin_strategies_pass(kit, strategy):
+    results = kit.assert_conforms(strategy)
+    expected = {check: "pass" for check in ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")}
+    if strategy is builtin.FullContext:
+        expected["budget"] = "skip"  # the ceiling arm declares enforces_budget = False
+    assert statuses(results) == expected
+
+
+@pytest.mark.slow
+def test_summary_buffer_passes_with_real_auxiliary_calls(kit):
+    """The auxiliary-model strategy, on the embedded model; a smaller kit keeps the model calls few."""
+    small = ConformanceKit(kit.counter, kit.model, budgets=(256,), items=standard_items()[1:4])
+    started = time.perf_counter()
+    results = small.assert_conforms(functools.partial(builtin.SummaryBuffer, max_calls=1))
+    print(f"summary_buffer: {small.aux_calls} auxiliary calls, {time.perf_counter() - started:.1f} s")
+    assert small.aux_calls > 0
+    assert all(r.status == "pass" for r in results), results
+
+
+def test_standard_items_exceed_and_fit_the_budgets(kit):
+    """The long items must not fit the largest standard budget, and the short one must fit the smallest."""
+    sizes = {item.id: kit.counter.count(item.frame(list(item.history))) for item in kit.items}
+    assert sizes["kit-long"] > max(kit.budgets) and sizes["kit-giant"] > max(kit.budgets)
+    assert sizes["kit-empty"] < min(kit.budgets)
+    assert any(item.system is None for item in kit.items)
+
+
+# ----------------------------------------------------------------- each check can fail
+
+class Base(MemoryStrategy):
+    regime = Regime.LOCAL_ONLY
+
+    def keep(self, history, budget, context):
+        return builtin.Truncation().apply(history, budget, context)
+
+
+class Mutates(Base):
+    name = "mutates"
+
+    def apply(self, history, budget, context):
+        if history:
+            history.pop(0)  # in-place edit of the list it was given
+        return self.keep(history, budget, context)
+
+
+class Leaks(Base):
+    """Counts the items it has seen and says so in the prompt: reset() does not clear the count."""
+
+    name = "leaks"
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.seen: set[str] = set()
+
+    def apply(self, history, budget, context):
+        self.seen.add(context.item.id)
+        prompt = self.keep(history, budget, context)
+        return [*prompt[:-1], Message("user", f"items seen: {len(self.seen)}"), prompt[-1]]
+
+
+class Random(Base):
+    name = "random"
+
+    def apply(self, history, budget, context):
+        kept = [m for m in history if random.SystemRandom().random() < 0.5]
+        return self.keep(kept, budget, context)
+
+
+class OverBudget(Base):
+    name = "over-budget"
+
+    def apply(self, history, budget, context):
+        return context.frame(list(history))
+
+
+class DropsQuery(Base):
+    name = "drops-query"
+
+    def apply(self, history, budget, context):
+        return self.keep(history, budget, context)[:-1]
+
+
+class NoRegime(Base):
+    name = "no-regime"
+    regime = "local"  # a string, not a Regime
+
+    def apply(self, history, budget, context):
+        return self.keep(history, budget, context)
+
+
+@pytest.mark.parametrize("strategy, check", [
+    (Mutates, "no-mutation"), (Leaks, "reset"), (Random, "deterministic"), (OverBudget, "budget"),
+    (DropsQuery, "valid-output"), (NoRegime, "declared"),
+])
+def test_each_check_fails_on_a_strategy_that_breaks_it(kit, strategy, check):
+    results = kit.run_checks(strategy)
+    failed = {r.check for r in results if r.status == "fail"}
+    assert check in failed, results
+    with pytest.raises(AssertionError, match=check):
+        kit.assert_conforms(strategy)
+
+
+# ----------------------------------------------------------------- memory systems
+
+class Words(MemorySystem):
+    """A memory system with a switch for each way of getting ingest wrong."""
+
+    name = "words"
+    regime = Regime.PERSISTENT_STATEFUL
+
+    def __init__(self, failure_mode: str = "report", clear_on_reset: bool = True, **params):
+        super().__init__(failure_mode=failure_mode, clear_on_reset=clear_on_reset, **params)
+        self.failure_mode, self.clear_on_reset = failure_mode, clear_on_reset
+        self.texts: list[tuple[str, str]] = []
+
+    def reset(self):
+        if self.clear_on_reset:
+            self.texts = []
+
+    def ingest(self, sessions, context):
+        failures = []
+        for session in sessions:
+            try:
+                self.texts.append((session.id, " ".join(m.content for m in session.messages)))
+            except Exception as exc:
+                if self.failure_mode == "raise":
+                    raise
+                if self.failure_mode == "report":
+                    failures.append(IngestFailure(session.id, str(exc)))
+        return IngestReport(len(sessions), len(sessions) - len(failures), failures)
+
+    def retrieve(self, query, context):
+        terms = set(query.lower().split())
+        scores = [len(terms & set(text.lower().split())) for _, text in self.texts]
+        ranked = sorted(range(len(self.texts)), key=lambda i: (-scores[i], i))[:10]
+        return [RetrievedItem(self.texts[i][1], float(scores[i]), self.texts[i][0]) for i in ranked if scores[i] > 0]
+
+
+def test_memory_system_that_reports_failures_passes(kit):
+    results = kit.assert_conforms(Words)
+    assert statuses(results)["ingest-failures"] == "pass"
+
+
+@pytest.mark.parametrize("mode, phrase", [("swallow", "lost silently"), ("raise", "raised instead of reporting")])
+def test_ingest_failures_check_catches_swallowed_and_raised_errors(kit, mode, phrase):
+    results = {r.check: r for r in kit.run_checks(functools.partial(Words, failure_mode=mode))}
+    assert results["ingest-failures"].status == "fail"
+    assert phrase in results["ingest-failures"].detail
+
+
+def test_memory_system_reset_check(kit):
+    results = statuses(kit.run_checks(functools.partial(Words, clear_on_reset=False)))
+    assert results["reset"] == "fail"
+
+
+# ----------------------------------------------------------------- the command
+
+@pytest.mark.slow
+def test_check_plugin_command_prints_the_table():
+    result = CliRunner().invoke(check_plugin, ["recency"])
+    assert result.exit_code == 0, result.output
+    assert "conformance: recency" in result.output and "PASS" in result.output and "FAIL" not in result.output
+
+
+def test_check_plugin_unknown_name_lists_strategies():
+    result = CliRunner().invoke(check_plugin, ["no-such-strategy"])
+    assert result.exit_code != 0
+    assert "truncation" in str(result.exception)
