@@ -118,8 +118,9 @@ class LLMLingua2(MemoryStrategy):
 
     def apply(self, history, budget, context):
         full = context.frame(list(history))
-        if context.counter.estimate(full) <= budget and context.counter.count(full) <= budget:
-            context.audit["llmlingua2"] = {"compressed": False, "reason": "the whole history fits"}
+        if not history or (context.counter.estimate(full) <= budget and context.counter.count(full) <= budget):
+            context.audit["llmlingua2"] = {"compressed": False, "reason": "the whole history fits" if history
+                                           else "there is no history"}
             return full
         if self._item_id != context.item.id:
             self.reset()

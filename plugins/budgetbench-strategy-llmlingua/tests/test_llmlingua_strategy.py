@@ -89,6 +89,15 @@ def test_llmlingua2_refuses_a_model_llmlingua_cannot_handle():
         LLMLingua2(model="/models/some-other-classifier")
 
 
+def test_llmlingua2_leaves_a_history_that_fits_unchanged(tiny_model, counter, oracle_item, tmp_path):
+    strategy = LLMLingua2(model=tiny_model)
+    for history in (oracle_item.history, ()):
+        context = context_for(oracle_item, 8000, counter, tmp_path)
+        assert strategy.apply(history, 8000, context) == context.frame(list(history))
+        assert context.audit["llmlingua2"]["compressed"] is False
+    assert strategy._compressor is None  # the model was never needed
+
+
 @pytest.mark.parametrize("budget", [512, 1024])
 def test_llmlingua2_compresses_into_the_budget(tiny_model, counter, oracle_item, tmp_path, budget):
     strategy = LLMLingua2(model=tiny_model)

@@ -43,7 +43,7 @@ def default_embedder() -> dict[str, Any]:
     return {"provider": "huggingface", "config": {"model": str(path)}}
 
 
-def _import_mem0(mem0_dir: Path) -> Any:
+def _import_mem0(mem0_dir: Path) -> tuple[Any, str]:
     """Import mem0 with telemetry off and its home folder in the run directory.
 
     Both are read once, at import; a process that imported mem0 earlier keeps its
@@ -52,12 +52,12 @@ def _import_mem0(mem0_dir: Path) -> Any:
     os.environ["MEM0_TELEMETRY"] = "False"
     os.environ.setdefault("MEM0_DIR", str(mem0_dir))
     import mem0
-    from mem0.memory import telemetry
+    from mem0.memory import setup, telemetry
 
     if telemetry.MEM0_TELEMETRY:
         raise RuntimeError("mem0 was imported with telemetry enabled before this plugin could disable it; "
                            "set MEM0_TELEMETRY=False in the environment")
-    return mem0
+    return mem0, setup.mem0_dir
 
 
 def _reject_secrets(block: dict[str, Any] | None, what: str) -> None:
@@ -119,11 +119,12 @@ class Mem0(MemorySystem):
         self.embedding_dims = int(embedding_dims)
         self.memory: Any = None
         self.store: Path | None = None
+        self.mem0_dir: str | None = None
 
     def _memory(self, run_dir: Path) -> Any:
         """One mem0 store per instance (runner threads each have one): embedded qdrant locks its folder."""
         if self.memory is None:
-            mem0 = _import_mem0(run_dir / "mem0")
+            mem0, self.mem0_dir = _import_mem0(run_dir / "mem0")
             self.store = run_dir / "mem0" / f"store-{uuid.uuid4().hex[:12]}"
             self.store.mkdir(parents=True)
             config = {
@@ -185,7 +186,8 @@ class Mem0(MemorySystem):
                         failures.append(IngestFailure(session.id, cause, attempt))
                     else:
                         time.sleep(0.5 * attempt)
-        context.audit["mem0"] = {"memories_stored": memories, "infer": self.infer, "store": str(self.store)}
+        context.audit["mem0"] = {"memories_stored": memories, "infer": self.infer, "store": str(self.store),
+                                 "mem0_dir": self.mem0_dir}
         return IngestReport(len(sessions), len(sessions) - len(failures), failures, time.perf_counter() - started)
 
     def retrieve(self, query, context):

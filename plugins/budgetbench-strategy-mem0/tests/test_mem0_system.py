@@ -83,7 +83,9 @@ def test_mem0_ingests_every_session_of_an_oracle_question(ingested, oracle_item)
     assert context.audit["mem0"]["memories_stored"] == len(oracle_item.history)  # infer=False: one per message
     store = Path(context.audit["mem0"]["store"])
     assert store.is_relative_to(context.run_dir) and (store / "qdrant").is_dir()
-    assert (context.run_dir / "mem0" / "config.json").is_file()  # MEM0_DIR is inside the run directory
+    # MEM0_DIR is read once per process, at mem0's import: here the first run's directory.
+    assert Path(context.audit["mem0"]["mem0_dir"]) == context.run_dir / "mem0"
+    assert (context.run_dir / "mem0" / "config.json").is_file()
 
 
 def test_mem0_search_returns_the_requested_count(ingested, oracle_item):
