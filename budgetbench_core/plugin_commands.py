@@ -1,0 +1,235 @@
+"""Commands for plugin authors and data: ``new-plugin``, ``check-plugin`` and ``data fetch``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import jinja2
+from rich.console import Console
+from rich.table import Table
+
+from .datasets import data_dir
+from .plugins import UnknownNameError, get_registry
+
+console = Console(stderr=True)
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "plugins" / "template" / "files"
+KINDS = {"strategy": "strategy", "memory-system": "memory"}
+_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+
+# ----------------------------------------------------------------- new-plugin
+
+def render_template(kind: str, name: str, destination: Path) -> Path:
+    """Render the plugin template for ``kind`` into ``destination/budgetbench-<kind>-<name>``."""
+    if kind not in KINDS:
+        raise click.BadParameter(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", param_hint="KIND")
+    if not _NAME.match(name):
+        raise click.BadParameter(
+            f"{name!r}: use lower-case letters and digits, words joined by '-' or '_' (e.g. my-strategy)",
+            param_hint="NAME")
+    if not TEMPLATE_DIR.is_dir():
+        raise FileNotFoundError(f"plugin template not found at {TEMPLATE_DIR} (it ships with a source checkout)")
+    words = re.split(r"[-_]", name)
+    module = f"budgetbench_{KINDS[kind]}_{'_'.join(words)}"
+    values = {"kind": kind, "name": name, "module": module, "class_name": "".join(w.capitalize() for w in words),
+              "distribution": f"budgetbench-{KINDS[kind]}-{'-'.join(words)}"}
+    target = destination / values["distribution"]
+    if target.exists():
+        raise FileExistsError(f"{target} already exists; choose another NAME or --dir")
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
+                                     keep_trailing_newline=True)
+    for source in sorted(TEMPLATE_DIR.rglob("*.j2")):
+        relative = source.relative_to(TEMPLATE_DIR).as_posix()
+        stem, _, _ = relative.rpartition(".j2")
+        for other in KINDS:
+            if stem.endswith("." + other):  # a file for one kind only: name.py.strategy.j2
+                stem = stem[: -len(other) - 1] if other == kind else ""
+        if not stem:
+            continue
+        path = target / stem.replace("__module__", module)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(environment.get_template(relative).render(**values), encoding="utf-8")
+    return target
+
+
+@click.command("new-plugin")
+@click.argument("kind", type=click.Choice(list(KINDS)))
+@click.argument("name")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder to create the plugin in.")
+def new_plugin(kind, name, directory):
+    """Create a strategy or memory-system plugin from the template, ready to install and test."""
+    target = render_template(kind, name, directory)
+    click.echo(f"created {target}")
+    click.echo(f"next: pip install -e {target} && pytest {target / 'tests'} && budgetbench check-plugin {name}")
+
+
+# ----------------------------------------------------------------- check-plugin
+
+def strategies_of(name: str) -> list[str]:
+    """Strategy names for NAME: a strategy itself, or every strategy a plugin/distribution registers."""
+    registry = get_registry()
+    if name in registry.entries["strategy"]:
+        return [name]
+    found = [s for s, entry in sorted(registry.entries["strategy"].items())
+             if name in (entry.plugin.name, entry.plugin.distribution)]
+    if found:
+        return found
+    failed = [p for p in registry.failures if name in (p.name, p.distribution)]
+    if failed:
+        raise UnknownNameError(f"plugin {name!r} failed to load: {failed[0].error}")
+    raise UnknownNameError(
+        f"no strategy, plugin or distribution named {name!r} registers a strategy or memory system; "
+        f"strategies: {', '.join(registry.names('strategy')) or 'none'}")
+
+
+@click.command("check-plugin")
+@click.argument("name")
+@click.option("--model", "-m", default="local", show_default=True,
+              help="Model for auxiliary calls and the default tokenizer ('local' or a litellm string).")
+@click.option("--api-base", default=None, help="Server address for openai/<name> models.")
+@click.option("--tokenizer", default=None, help="Tokenizer spec (default: the model's exact tokenizer).")
+@click.option("--budgets", "-b", default="256 512 1024", show_default=True, help="Budgets to check, in tokens.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def check_plugin(name, model, api_base, tokenizer, budgets, as_json):
+    """Run the conformance kit on a strategy or memory system (or every one a plugin registers).
+
+    Exits 1 when any check fails.
+    """
+    from .cli import parse_budgets
+    from .testing import open_kit
+
+    names = strategies_of(name)
+    registry = get_registry()
+    results: dict[str, list] = {}
+    with open_kit(model=model, tokenizer=tokenizer, api_base=api_base, budgets=parse_budgets(budgets)) as kit:
+        for strategy in names:
+            results[strategy] = kit.run_checks(registry.get("strategy", strategy).obj)
+    if as_json:
+        click.echo(json.dumps({s: [r.to_dict() for r in rs] for s, rs in results.items()}, indent=2))
+    else:
+        table = Table(title=f"conformance: {name}")
+        for column in ("strategy", "check", "result", "detail"):
+            table.add_column(column)
+        colours = {"pass": "green", "fail": "red", "skip": "yellow"}
+        for strategy, checks in results.items():
+            for r in checks:
+                table.add_row(strategy, r.check, f"[{colours[r.status]}]{r.status.upper()}[/]", r.detail)
+        Console(width=160).print(table)
+    if any(r.status == "fail" for checks in results.values() for r in checks):
+        raise SystemExit(1)
+
+
+# ----------------------------------------------------------------- data fetch
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where a dataset's official files live on the Hugging Face hub, and the folder and file
+    names (under the data folder) that its task plugin reads by default."""
+
+    repo: str
+    folder: str
+    files: dict[str, str]  # file in the hub repository -> local file name
+
+
+DATASETS = {
+    "longmemeval": DatasetSource("xiaowu0162/longmemeval", "longmemeval",
+                                 {"longmemeval_oracle.json": "longmemeval_oracle.json",
+                                  "longmemeval_s.json": "longmemeval_s.json"}),
+    "longbench-v2": DatasetSource("THUDM/LongBench-v2", "longbench_v2", {"data.json": "data.json"}),
+    "swebench-verified": DatasetSource("princeton-nlp/SWE-bench_Verified", "swebench",
+                                       {"data/test-00000-of-00001.parquet": "swebench_verified.parquet"}),
+}
+CHECKSUMS = "SHA256SUMS"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _download(source: DatasetSource, filename: str, target: Path) -> str:
+    """Download one file at the repository's current commit; returns that commit."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+
+    commit = get_hf_file_metadata(hf_hub_url(source.repo, filename, repo_type="dataset")).commit_hash
+    cached = hf_hub_download(source.repo, filename, repo_type="dataset", revision=commit)
+    tmp = target.with_suffix(target.suffix + ".part")
+    shutil.copyfile(cached, tmp)
+    tmp.replace(target)
+    return commit
+
+
+def _placement_help(dataset: str, source: DatasetSource, missing: list[str], folder: Path) -> str:
+    lines = [f"Place the official {dataset} files yourself:"]
+    for remote in missing:
+        url = f"https://huggingface.co/datasets/{source.repo}/resolve/main/{remote}"
+        lines.append(f"  {folder / source.files.get(remote, Path(remote).name)}\n      downloaded from {url}")
+    default = data_dir() / source.folder
+    where = f"Task plugins look in {default} by default"
+    if folder.resolve() != default.resolve():
+        where += f" (set BUDGETBENCH_DATA_DIR={folder.parent} to use {folder})"
+    lines.append(where + ", or pass --task-option path=<file>.")
+    return "\n".join(lines)
+
+
+@click.group("data")
+def data() -> None:
+    """Official benchmark files: where they go and how to get them."""
+
+
+@data.command("fetch")
+@click.argument("dataset", type=click.Choice(list(DATASETS)))
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).")
+@click.option("--file", "files", multiple=True, help="Fetch only this file of the dataset (repeatable).")
+def fetch(dataset, directory, files):
+    """Download a dataset's official files from the Hugging Face hub, recording SHA-256 checksums.
+
+    Offline (HF_HUB_OFFLINE=1 or no connection) it says which file to place where, and exits 1
+    if any is missing.
+    """
+    source = DATASETS[dataset]
+    folder = (directory or data_dir()) / source.folder
+    unknown = sorted(set(files) - set(source.files))
+    if unknown:
+        raise click.BadParameter(f"{dataset} has no file {unknown[0]!r}; files: {', '.join(source.files)}",
+                                 param_hint="--file")
+    wanted = list(files) or list(source.files)
+    missing = [f for f in wanted if not (folder / source.files[f]).is_file()]
+    for remote in wanted:
+        if remote not in missing:
+            click.echo(f"present: {folder / source.files[remote]}")
+    if not missing:
+        return
+    if _offline():
+        click.echo("offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder))
+        raise SystemExit(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, remote in enumerate(missing):
+        target = folder / source.files[remote]
+        try:
+            commit = _download(source, remote, target)
+        except Exception as exc:  # no connection, gated repo, moved file: say what to do instead
+            click.echo(f"could not download {source.repo}/{remote}: {type(exc).__name__}: {str(exc)[:300]}\n"
+                       + _placement_help(dataset, source, missing[index:], folder))
+            raise SystemExit(1) from None
+        digest = _sha256(target)
+        with (folder / CHECKSUMS).open("a", encoding="utf-8") as sums:
+            sums.write(f"{digest}  {target.name}  # {source.repo}@{commit}/{remote}\n")
+        click.echo(f"fetched: {target} sha256={digest} ({source.repo}@{commit})")
