@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, get_registry
 from .report.cli import report_command
 from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
@@ -191,6 +192,9 @@ def demo(out, limit, max_concurrency):
 
 
 cli.add_command(report_command)
+cli.add_command(new_plugin)
+cli.add_command(check_plugin)
+cli.add_command(data)
 
 
 def plugin_rows() -> list[dict]:
