@@ -145,6 +145,20 @@ def _private_copy(item: Item) -> Item:
                    system=copy(item.system) if item.system is not None else None)
 
 
+def _check_text(task: str, item: Item) -> None:
+    """Undecodable bytes smuggled in as surrogates (``errors="surrogateescape"``) cannot be
+    logged, counted or sent: refuse them up front, naming the item and field."""
+    fields = [("system", item.system), ("query", item.query), *((f"history[{i}]", m) for i, m in enumerate(item.history))]
+    for name, message in fields:
+        if message is None:
+            continue
+        try:
+            message.content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TaskDataError(f"task {task!r}, item {item.id!r}: {name}.content is not valid UTF-8 text (undecodable "
+                                f"byte at character {exc.start}); decode the source file strictly") from None
+
+
 def _prompt_hash(messages: Sequence[Message]) -> str:
     payload = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
@@ -243,13 +257,16 @@ class Run:
     def _load_items(self) -> list[Item]:
         """All items up front; a loader bug becomes an error naming the task and its distribution."""
         try:
-            return list(self.task.load(self.config.limit, self.config.seed))
+            items = list(self.task.load(self.config.limit, self.config.seed))
         except TaskDataError:
             raise  # already names the file, record and field
         except Exception as exc:
             registered = self.registry.get("task", self.config.task)
             raise PluginError(f"task {self.config.task!r} ({registered.plugin.distribution}) failed to load its items: "
                               f"{_describe_error(exc)}") from exc
+        for item in items:
+            _check_text(self.config.task, item)
+        return items
 
     def _manifest(self, tokenizer: Tokenizer, started: str) -> dict[str, Any]:
         strategies = {}
