@@ -264,6 +264,9 @@ class Run:
             registered = self.registry.get("task", self.config.task)
             raise PluginError(f"task {self.config.task!r} ({registered.plugin.distribution}) failed to load its items: "
                               f"{_describe_error(exc)}") from exc
+        if not items:
+            raise TaskDataError(f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
+                                f"limit {self.config.limit}): nothing to run")
         for item in items:
             _check_text(self.config.task, item)
         return items
