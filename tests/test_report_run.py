@@ -42,6 +42,7 @@ pytestmark = pytest.mark.slow
 
 BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm"
 LOSSY_ITEM = "synth-00001-knowledge-update"
+BUDGET = 160  # fits the system prompt, the query and a few messages; not the 600-token history
 PROBE_QUESTION = "<script>alert('owned')</script> What is my dog called?"
 
 
@@ -113,7 +114,7 @@ def registry():
 def run_a(tmp_path_factory, registry):
     out = tmp_path_factory.mktemp("report-run-a")
     run(RunConfig(task="synthetic-memory", strategies=["truncation", "full_context", "lossy-memory"],
-                  budgets=[256, 512], out=out, limit=3, max_concurrency=1,
+                  budgets=[BUDGET], out=out, limit=3, max_concurrency=1, max_output_tokens=6,
                   task_options={"items": 3, "history_tokens": 600}), registry=registry)
     return out
 
@@ -121,7 +122,7 @@ def run_a(tmp_path_factory, registry):
 @pytest.fixture(scope="module")
 def run_b(tmp_path_factory, registry):
     out = tmp_path_factory.mktemp("report-run-b")
-    run(RunConfig(task="html-probe", strategies=["truncation"], budgets=[256], out=out, max_concurrency=1,
+    run(RunConfig(task="html-probe", strategies=["truncation"], budgets=[BUDGET], out=out, max_concurrency=1,
                   tokenizer="tiktoken:cl100k_base"), registry=registry)
     return out
 
@@ -148,7 +149,7 @@ def test_both_denominators_match_the_rows(run_a):
     write_report(run_a, formats=["csv"])
     summary = {(r["strategy"], int(r["budget"])): r for r in _csv(run_a / "report" / "summary.csv")}
     rows = final_rows(run_a)
-    assert len(summary) == 6
+    assert len(summary) == 3
     for (strategy, budget), cell in summary.items():
         mine = [r for k, r in rows.items() if k[1] == strategy and k[2] == budget]
         scored = [r for r in mine if r["event"] in ("result", "violation")]
@@ -165,11 +166,11 @@ def test_both_denominators_match_the_rows(run_a):
             assert float(cell["utilisation_mean"]) == pytest.approx(np.mean(used) / budget)
         else:
             assert cell["quality_admitted"] == ""  # undefined, not 0
-    # full_context cannot fit a 600-token history in 256 or 512 tokens: all violations, scored 0.
-    for budget in (256, 512):
-        cell = summary[("full_context", budget)]
-        assert cell["violation_rate"] == "1.0" and cell["quality_all"] == "0.0" and cell["quality_all_n"] == "3"
-        assert cell["quality_admitted_n"] == "0" and cell["quality_all_high"] != ""
+    # full_context cannot fit a 600-token history in the budget: all violations, scored 0.
+    cell = summary[("full_context", BUDGET)]
+    assert cell["violation_rate"] == "1.0" and cell["quality_all"] == "0.0" and cell["quality_all_n"] == "3"
+    assert cell["quality_admitted_n"] == "0" and cell["quality_all_high"] != ""
+    assert summary[("truncation", BUDGET)]["quality_admitted_n"] == "3"
     assert all(c["approximate_counts"] == "False" for c in summary.values())
 
 
@@ -177,12 +178,11 @@ def test_ingest_loss_drops_the_item_from_every_comparison(run_a):
     write_report(run_a, formats=["csv", "html"])
     report = run_a / "report"
     summary = {(r["strategy"], int(r["budget"])): r for r in _csv(report / "summary.csv")}
-    for budget in (256, 512):
-        lossy = summary[("lossy-memory", budget)]
-        assert lossy["errors"] == "1" and lossy["error_causes"] == "ingest: 1" and lossy["quality_all_n"] == "2"
+    lossy = summary[("lossy-memory", BUDGET)]
+    assert lossy["errors"] == "1" and lossy["error_causes"] == "ingest: 1" and lossy["quality_all_n"] == "2"
     paired = _csv(report / "paired.csv")
     assert {(r["strategy"], r["reference"]) for r in paired} == {
-        (s, f"truncation@{b}") for s in ("full_context", "lossy-memory") for b in (256, 512)}
+        ("full_context", f"truncation@{BUDGET}"), ("lossy-memory", f"truncation@{BUDGET}")}
     for row in paired:
         assert row["dropped_ingest_loss"] == "1" and row["paired_items"] == "2" and LOSSY_ITEM not in row["missing_items"]
         assert row["result"] in ("higher", "lower", "not distinguished")
@@ -194,10 +194,11 @@ def test_ingest_loss_drops_the_item_from_every_comparison(run_a):
 
 
 def test_reference_cell_option(run_a):
-    result = CliRunner().invoke(cli, ["report", str(run_a), "--reference", "truncation@512", "--format", "csv"])
+    result = CliRunner().invoke(cli, ["report", str(run_a), "--reference", f"lossy-memory@{BUDGET}", "--format", "csv"])
     assert result.exit_code == 0, result.output
     paired = _csv(run_a / "report" / "paired.csv")
-    assert {r["reference"] for r in paired} == {"truncation@512"} and len(paired) == 5
+    assert {r["reference"] for r in paired} == {f"lossy-memory@{BUDGET}"}
+    assert {r["strategy"] for r in paired} == {"truncation", "full_context"}
     bad = CliRunner().invoke(cli, ["report", str(run_a), "--reference", "truncation@999"])
     assert bad.exit_code == 2 and "no cell truncation@999" in bad.output
 
@@ -245,9 +246,9 @@ def test_markup_is_escaped_and_approximate_counts_are_labelled(run_b):
 def test_run_command_writes_the_report_at_the_end(tmp_path):
     out = tmp_path / "auto"
     with _builtins_only():
-        result = CliRunner().invoke(cli, ["run", "-t", "synthetic-memory", "-s", "truncation", "-b", "200", "-n", "1",
+        result = CliRunner().invoke(cli, ["run", "-t", "synthetic-memory", "-s", "truncation", "-b", str(BUDGET), "-n", "1",
                                           "--task-option", "items=1", "--task-option", "history_tokens=300",
-                                          "-j", "1", "-o", str(out)])
+                                          "--max-output-tokens", "6", "-j", "1", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "report" / "index.html").exists() and (out / "report" / "summary.csv").exists()
 
@@ -258,15 +259,26 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium: apt-get install -y chromium "
                     "(manual check in docs/reading-a-report.md)")
 def test_index_renders_with_plots_in_headless_chromium(run_a, tmp_path):
+    """Screenshot the report's own plots section (everything else hidden): the embedded PNGs must draw.
+
+    A copy whose image data is corrupted is the control: Chromium then shows only alt texts.
+    """
     from PIL import Image
 
-    index = write_report(run_a, formats=["html"])["html"]
-    shot = tmp_path / "index.png"
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1400,1400", f"--screenshot={shot}", index.as_uri()],
-                   check=True, capture_output=True, timeout=180)
-    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
-    # matplotlib's first two series colours (tab:blue, tab:orange) appear only in the plots.
-    for colour in ((31, 119, 180), (255, 127, 14)):
-        close = np.abs(pixels - np.array(colour)).sum(axis=2) < 30
-        assert close.sum() > 200, f"plot colour {colour} not rendered"
+    index = write_report(run_a, formats=["html"])["html"].read_text()
+    only_plots = index.replace("</head>", "<style>body > :not(.plots) { display: none; }</style></head>", 1)
+    broken = only_plots.replace("data:image/png;base64,", "data:image/png;base64,AAAA")
+
+    def shoot(html: str, name: str) -> tuple[int, int]:
+        page, shot = tmp_path / f"{name}.html", tmp_path / f"{name}.png"
+        page.write_text(html)
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
+                       check=True, capture_output=True, timeout=180)
+        dark = np.asarray(Image.open(shot).convert("L")) < 200
+        return int(dark.sum()), int(dark.any(axis=1).sum())
+
+    pixels, rows = shoot(only_plots, "plots")
+    broken_pixels, broken_rows = shoot(broken, "broken")
+    assert rows > 250 and broken_rows < 100, (rows, broken_rows)  # three ~300-pixel-high plots vs one line of alt text
+    assert pixels > 3 * broken_pixels, (pixels, broken_pixels)

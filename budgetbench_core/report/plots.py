@@ -107,7 +107,10 @@ def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
         axis.set_title(f"{task}: quality vs latency (labels: budget){title_note}", fontsize=10)
-        axis.legend(fontsize=8)
+        if cells:
+            axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no cell has a result row", ha="center", transform=axis.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

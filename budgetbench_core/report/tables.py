@@ -174,6 +174,7 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         dropped = set(lost.get(cand[0], {}))
         cand_values = {k: v for k, v in item_values(cells[cand]).items() if k not in dropped}
         ref_values = {k: v for k, v in item_values(cells[ref]).items() if k not in dropped}
+        seen = {str(r["item_id"]) for r in cells[cand]} | {str(r["item_id"]) for r in cells[ref]}
         cand_items = {str(r["item_id"]) for r in cells[cand]} - dropped
         ref_items = {str(r["item_id"]) for r in cells[ref]} - dropped
         shared = sorted(set(cand_values) & set(ref_values))
@@ -189,7 +190,7 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
             "result": stats.verdict(delta),
             "missing_in_candidate": len(missing_cand), "missing_in_reference": len(missing_ref),
             "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
-            "dropped_ingest_loss": len(dropped & (cand_items | ref_items)),
+            "dropped_ingest_loss": len(dropped & seen),
             "approximate_counts": data.approximate,
         })
     return table
