@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .config_file import config_option, copy_into_run
 from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, get_registry
 from .report.cli import report_command
@@ -164,13 +165,16 @@ def parse_budgets(text: str) -> list[int]:
 
 
 @cli.command("run")
+@config_option
 @run_options
-def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, **settings):
+def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, config_path, **settings):
     """Run (or resume) a benchmark: every strategy at every budget tier on every item."""
     _refuse_key_in_argv()
     config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets),
                        out=out or Path("runs") / task, task_options=_parse_pairs(task_options, "--task-option"),
                        strategy_params=_strategy_params(strategy_params), **settings)
+    if config_path:
+        copy_into_run(config_path, Path(config.out))
     execute(config, write_report=not no_report)
 
 
