@@ -115,3 +115,12 @@ def test_report_refuses_unversioned_plugins(tmp_path):
     del manifest["plugins_used"]["strategy:s"]
     with pytest.raises(ReportError, match="strategy:s produced rows but is not in plugins_used"):
         check_versions(manifest, rows, tmp_path / "manifest.json")
+
+
+def test_report_of_a_directory_that_is_not_a_run(tmp_path):
+    from budgetbench_core.report import write_report
+
+    with pytest.raises(ReportError, match="manifest.json: missing"):
+        write_report(tmp_path)
+    with pytest.raises(ReportError, match="unknown report format"):
+        write_report(tmp_path, formats=["pdf"])
