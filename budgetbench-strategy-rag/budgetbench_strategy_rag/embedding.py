@@ -80,10 +80,6 @@ class Embedder:
     def tokenizer(self) -> Any:
         return self.model.tokenizer
 
-    @property
-    def max_seq_length(self) -> int:
-        return int(self.model.max_seq_length)
-
     def encode(self, texts: list[str], batch_size: int) -> tuple[np.ndarray, float]:
         """Unit-length embeddings of ``texts`` in one batched call, and the seconds it took."""
         with self.lock:
@@ -93,12 +89,6 @@ class Embedder:
             self.calls += 1
             self.texts += len(texts)
             return vectors, time.perf_counter() - started
-
-    def describe(self) -> dict[str, Any]:
-        return {**self.identity, "dimensions": self.model.get_embedding_dimension()
-                if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension(),
-                "max_seq_length": self.max_seq_length,
-                "sentence_transformers": metadata.version("sentence-transformers")}
 
 
 _models: dict[str, Embedder] = {}

@@ -24,7 +24,7 @@ class Fill:
     chosen: list[int]
     """Positions in the ranking of the units kept, best first."""
     skipped: int
-    """Units ranked above the last kept one that did not fit."""
+    """Units ranked above the last kept one that were passed over because they did not fit."""
     exact_tokens: int
 
 
@@ -34,19 +34,17 @@ def fill_budget(ranking: Sequence[int], units: Sequence[Unit], history: Sequence
     used = counter.estimate(context.frame([]))
     smallest = 1 + min(counter.message_tokens(Message(role, "")) for role in {m.role for m in history} or {"user"})
     chosen: list[int] = []
-    skipped = 0
     for position, unit_index in enumerate(ranking):
         if budget - used < smallest:
-            break
+            break  # not even an empty message fits any more
         cost = counter.message_tokens(unit_message(units[unit_index], history))
         if used + cost <= budget:
             chosen.append(position)
             used += cost
-        else:
-            skipped += 1
     while True:
         messages = context.frame(assemble([units[ranking[p]] for p in chosen], history))
         exact = counter.count(messages)
         if exact <= budget or not chosen:
+            skipped = chosen[-1] + 1 - len(chosen) if chosen else 0
             return Fill(messages, chosen, skipped, exact)
         chosen.pop()
