@@ -1,0 +1,101 @@
+"""Throughput at concurrency 1, 8, 32 and 64 against a server that answers after 200 ms.
+
+Drives the real runner (synthetic-memory, truncation, one tier, tiktoken:cl100k_base)
+with ``max_concurrency`` N, back to back with N = 1, and reports cells per second as a
+ratio to N = 1. The server records how many requests it held at once, which shows the
+connection limit is honoured. A last phase answers the first requests with 429 and
+Retry-After, and checks every cell still finishes, no sooner than Retry-After allows.
+
+    .venv/bin/python benchmarks/bench_concurrency.py [--delay 0.2] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from _common import FakeOpenAI, machine, median, write_result
+
+from budgetbench_core import RunConfig, run
+from budgetbench_core.runlog import iter_events
+
+LEVELS = [1, 8, 32, 64]
+
+
+def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> dict:
+    server.reset()
+    marks: dict[str, float] = {}
+    finished: list[float] = []
+    config = RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], out=out,
+                       model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base",
+                       limit=cells, max_concurrency=concurrency, task_options={"items": cells, "history_tokens": 400})
+    summary = run(config, on_start=lambda total, per: marks.setdefault("start", time.perf_counter()),
+                  progress=lambda name, n: finished.append(time.perf_counter()))
+    stats = server.stats()
+    results = sum(1 for e in iter_events(out) if e["event"] == "result")
+    assert results == cells, (results, summary)
+    seconds = finished[-1] - marks["start"]
+    return {"concurrency": concurrency, "cells": cells, "seconds": seconds, "cells_per_s": cells / seconds,
+            "max_inflight": stats["max_inflight"], "requests": stats["requests"]}
+
+
+def rate_limited(server: FakeOpenAI, out: Path, concurrency: int, cells: int, retry_after: float) -> dict:
+    started = time.perf_counter()
+    config = RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], out=out,
+                       model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base",
+                       limit=cells, max_concurrency=concurrency, task_options={"items": cells, "history_tokens": 400})
+    summary = run(config)
+    wall = time.perf_counter() - started
+    rows = [e for e in iter_events(out) if e["event"] in ("result", "error")]
+    stats = server.stats()
+    return {"cells": cells, "concurrency": concurrency, "results": summary.results, "errors": summary.errors,
+            "rows_retried": sum(1 for r in rows if (r.get("attempts") or 1) > 1),
+            "server_429": stats["rate_limited"], "server_requests": stats["requests"],
+            "max_inflight": stats["max_inflight"], "retry_after_s": retry_after, "wall_s": wall,
+            "all_finished": summary.results == cells}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    start = machine()
+    rounds: list[list[dict]] = []
+    with FakeOpenAI(delay_s=args.delay) as server, tempfile.TemporaryDirectory() as tmp:
+        throughput(server, Path(tmp) / "warmup", 4, 8)
+        for repeat in range(args.repeats):
+            measured = []
+            for level in LEVELS:
+                result = throughput(server, Path(tmp) / f"r{repeat}-c{level}", level, max(10, 4 * level))
+                measured.append(result)
+            base = measured[0]["cells_per_s"]
+            for result in measured:
+                result["speedup"] = result["cells_per_s"] / base
+                result["efficiency"] = result["speedup"] / result["concurrency"]
+                print(f"repeat {repeat} concurrency {result['concurrency']:>2}: {result['cells_per_s']:6.1f} cells/s, "
+                      f"x{result['speedup']:.1f} ({result['efficiency']:.2f} of ideal), "
+                      f"server held at most {result['max_inflight']}")
+            rounds.append(measured)
+    summary = {}
+    for index, level in enumerate(LEVELS):
+        summary[str(level)] = {key: round(median(r[index][key] for r in rounds), 3)
+                               for key in ("cells_per_s", "speedup", "efficiency", "max_inflight")}
+    print("median:", summary, "target: efficiency >= 0.8 up to 32")
+    retry_after = 0.5
+    with FakeOpenAI(delay_s=args.delay, rate_limit_first=12, retry_after=retry_after) as server, \
+            tempfile.TemporaryDirectory() as tmp:
+        limited = rate_limited(server, Path(tmp) / "429", 8, 24, retry_after)
+    print("429 phase:", limited)
+    write_result("concurrency", {
+        "machine": start, "delay_s": args.delay, "levels": LEVELS, "median": summary,
+        "target": "efficiency >= 0.8 for concurrency <= 32",
+        "met": all(summary[str(level)]["efficiency"] >= 0.8 for level in LEVELS if level <= 32),
+        "connection_limit_honoured": all(r[i]["max_inflight"] <= LEVELS[i] for r in rounds for i in range(len(LEVELS))),
+        "rate_limit_phase": limited, "rounds": rounds})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Exact token counting: throughput, and the cost of counting inside strategies.
+
+1. Tokens per second of the exact count of a whole rendered prompt: a LongMemEval_S
+   history (~115K tokens) with the embedded llama.cpp server's own template and
+   vocabulary (``server``: /apply-template then /tokenize), and with tiktoken.
+2. The same history counted message by message, as ``PromptCounter`` does on a cold
+   cache (one /tokenize request per message for the server tokenizer).
+3. Truncation at five tiers (2048 ... 32768) over histories of 50K, 100K and 200K tokens,
+   with a fresh counter per item, plus the runner's own exact recount of each prompt:
+   milliseconds per item, and how many tokenizer requests were made (the per-message
+   cache means each message is counted once per item, and truncation only looks at the
+   newest messages that can fit, so the time must not grow with the history).
+
+    .venv/bin/python benchmarks/bench_counting.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from _common import longmemeval_items, machine, median, require_data, write_result
+
+from budgetbench_core import Item, Message, PromptCounter, StrategyContext
+from budgetbench_core.builtin.strategies import Truncation
+from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+from budgetbench_core.builtin.tokenizers import ServerTokenizer, TiktokenTokenizer
+
+TIERS = [2048, 4096, 8192, 16384, 32768]
+
+
+class Counting:
+    """Wraps a tokenizer and counts the requests made to it."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.info = tokenizer.info
+        self.calls = 0
+
+    def render(self, messages):
+        return self.tokenizer.render(messages)
+
+    def count_text(self, text):
+        self.calls += 1
+        return self.tokenizer.count_text(text)
+
+    def count(self, messages):
+        self.calls += 1
+        return self.tokenizer.count(messages)
+
+
+def whole_prompt(make_tokenizer, item: Item, repeats: int) -> dict:
+    prompt = item.frame(list(item.history))
+    times, tokens = [], 0
+    for _ in range(repeats):
+        tokenizer = make_tokenizer()  # cold: no cached per-message counts
+        started = time.perf_counter()
+        tokens = tokenizer.count(prompt)
+        times.append(time.perf_counter() - started)
+    seconds = median(times)
+    return {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds)}
+
+
+def per_message(make_tokenizer, item: Item, repeats: int) -> dict:
+    times, tokens = [], 0
+    for _ in range(repeats):
+        counter = PromptCounter(make_tokenizer())
+        started = time.perf_counter()
+        tokens = sum(counter.message_tokens(m) for m in item.history)
+        times.append(time.perf_counter() - started)
+    seconds = median(times)
+    return {"messages": len(item.history), "tokens": tokens, "seconds": round(seconds, 4),
+            "tokens_per_s": round(tokens / seconds)}
+
+
+def truncation_item(make_tokenizer, item: Item) -> dict:
+    tokenizer = Counting(make_tokenizer())
+    counter = PromptCounter(tokenizer)
+    strategy = Truncation()
+    started = time.perf_counter()
+    for budget in TIERS:
+        context = StrategyContext(item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path("."))
+        prompt = strategy.apply(item.history, budget, context)
+        assert counter.count(prompt) <= budget  # the runner's own exact count
+    return {"ms_per_item": (time.perf_counter() - started) * 1e3, "tokenizer_requests": tokenizer.calls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    require_data()
+    start = machine()
+    from budgetbench_core.builtin.local_backend import LocalBackend
+
+    backend = LocalBackend()
+    backend.start()
+    tokenizers = {"server": lambda: ServerTokenizer(backend.server_url),
+                  "tiktoken": lambda: TiktokenTokenizer("cl100k_base")}
+    results: dict = {"machine": start, "tiers": TIERS}
+    try:
+        item = max(longmemeval_items(8), key=lambda i: sum(len(m.content) for m in i.history))
+        results["history"] = {"item": item.id, "messages": len(item.history)}
+        for name, make in tokenizers.items():
+            results[f"{name}_whole_prompt"] = whole_prompt(make, item, args.repeats)
+            results[f"{name}_per_message_cold"] = per_message(make, item, args.repeats)
+            print(f"{name}: whole 115K prompt {results[f'{name}_whole_prompt']}; "
+                  f"per message, cold {results[f'{name}_per_message_cold']}")
+        synthetic = {size: next(SyntheticMemory(items=1, history_tokens=size).load(None, 0))
+                     for size in (50_000, 100_000, 200_000)}
+        truncation: dict = {}
+        for name, make in tokenizers.items():
+            for size, history_item in synthetic.items():
+                runs = [truncation_item(make, history_item) for _ in range(args.repeats)]
+                figure = {"ms_per_item": round(median(r["ms_per_item"] for r in runs), 1),
+                          "tokenizer_requests": runs[0]["tokenizer_requests"],
+                          "history_messages": len(history_item.history)}
+                truncation[f"{name}:{size}"] = figure
+                print(f"truncation, {name}, {size}-token history, five tiers: {figure}")
+        results["truncation_five_tiers"] = truncation
+        tokens_200k = TiktokenTokenizer("cl100k_base").count(synthetic[200_000].frame(list(synthetic[200_000].history)))
+        results["synthetic_200k_tiktoken_tokens"] = tokens_200k
+    finally:
+        backend.stop()
+    worst = max(v["ms_per_item"] for k, v in results["truncation_five_tiers"].items() if k.endswith(":200000"))
+    results["target"] = "truncation over a 200K-token history at five tiers < 100 ms per item"
+    results["met"] = worst < 100
+    print(f"worst 200K figure {worst} ms per item (target < 100)")
+    write_result("counting", results)
+
+
+if __name__ == "__main__":
+    main()
