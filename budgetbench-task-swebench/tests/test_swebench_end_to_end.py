@@ -21,7 +21,7 @@ def test_truncation_run_and_export(tmp_path):
     out = tmp_path / "run"
     config = RunConfig(task="swebench-verified", strategies=["truncation"], budgets=[1024, 2048], out=out,
                        model="local", limit=2, max_concurrency=1, task_options={"path": str(SAMPLE)},
-                       timeout_s=900)  # generous: CI machines may be shared
+                       max_output_tokens=256, timeout_s=900)  # short replies, generous timeout: shared CI machines
     summary = run(config)
     assert summary.errors == 0 and summary.results + summary.violations == 4
 

@@ -17,7 +17,8 @@ SAMPLE = ROOT.parent / "shared" / "data" / "longbench_v2" / "longbench_v2_short_
 @pytest.mark.slow
 @pytest.mark.skipif(not SAMPLE.is_file(), reason=f"shared data not found at {SAMPLE}")
 def test_truncation_run_on_the_local_model(tmp_path):
-    options = {"path": str(SAMPLE), "max_natural_tokens": 12000}
+    # 256-token chunks: at 1024 a chunk or two fit beside a long question and its choices.
+    options = {"path": str(SAMPLE), "max_natural_tokens": 12000, "chunk_tokens": 256}
     config = RunConfig(task="longbench-v2", strategies=["truncation"], budgets=[1024, 2048], out=tmp_path / "run",
                        model="local", limit=2, max_concurrency=1, task_options=options,
                        timeout_s=900)  # generous: CI machines may be shared
@@ -51,5 +52,5 @@ def test_truncation_run_on_the_local_model(tmp_path):
     manifest = read_manifest(tmp_path / "run")
     notes = manifest["task"]
     assert notes["selection_conditioned"] is True and notes["items_selected"] == 2
-    assert notes["chunking"] == {"tokenizer": "tiktoken:cl100k_base", "chunk_tokens": 512, "independent_of_budget": True}
+    assert notes["chunking"] == {"tokenizer": "tiktoken:cl100k_base", "chunk_tokens": 256, "independent_of_budget": True}
     assert "selection-conditioned" in notes["selection"]["label"]
