@@ -409,14 +409,17 @@ class ConformanceKit:
 
 @contextlib.contextmanager
 def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str | None = None,
-             budgets: Sequence[int] = STANDARD_BUDGETS, seed: int = 0) -> Iterator[ConformanceKit]:
+             budgets: Sequence[int] = STANDARD_BUDGETS, seed: int = 0,
+             timeout_s: float = 600.0) -> Iterator[ConformanceKit]:
     """A kit on a started backend: ``model`` as in ``budgetbench run`` (default the embedded
-    model), ``tokenizer`` a spec (default the backend's exact tokenizer)."""
+    model), ``tokenizer`` a spec (default the backend's exact tokenizer). The generous
+    per-call timeout is for auxiliary calls on a busy CPU."""
     from .plugins import get_registry
 
     registry = get_registry()
     backend_class = registry.get("backend", "local" if model.split(":")[0] == "local" else "litellm").obj
-    backend: Backend = backend_class(model, api_base=api_base, max_context=max(budgets) + 512, max_concurrency=1)
+    backend: Backend = backend_class(model, api_base=api_base, max_context=max(budgets) + 512, max_concurrency=1,
+                                     timeout_s=timeout_s)
     backend.start()
     try:
         spec = tokenizer or backend.default_tokenizer()
