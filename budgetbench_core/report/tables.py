@@ -174,12 +174,10 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         dropped = set(lost.get(cand[0], {}))
         cand_values = {k: v for k, v in item_values(cells[cand]).items() if k not in dropped}
         ref_values = {k: v for k, v in item_values(cells[ref]).items() if k not in dropped}
-        seen = {str(r["item_id"]) for r in cells[cand]} | {str(r["item_id"]) for r in cells[ref]}
-        cand_items = {str(r["item_id"]) for r in cells[cand]} - dropped
-        ref_items = {str(r["item_id"]) for r in cells[ref]} - dropped
+        seen = {str(r["item_id"]) for r in cells[cand] + cells[ref]}
         shared = sorted(set(cand_values) & set(ref_values))
-        missing_cand = sorted((cand_items | ref_items) - set(cand_values))
-        missing_ref = sorted((cand_items | ref_items) - set(ref_values))
+        missing_cand = sorted(seen - dropped - set(cand_values))
+        missing_ref = sorted(seen - dropped - set(ref_values))
         delta = stats.paired_delta([cand_values[i] for i in shared], [ref_values[i] for i in shared])
         table.append({
             "task": cand[0], "strategy": cand[1], "budget": cand[2],
