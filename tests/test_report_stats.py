@@ -124,3 +124,23 @@ def test_report_of_a_directory_that_is_not_a_run(tmp_path):
         write_report(tmp_path)
     with pytest.raises(ReportError, match="unknown report format"):
         write_report(tmp_path, formats=["pdf"])
+
+
+def _cell(strategy, budget, quality, low, high):
+    return {"task": "t", "strategy": strategy, "budget": budget, "quality_all": quality,
+            "quality_all_low": low, "quality_all_high": high}
+
+
+def test_crossovers_and_non_monotone_curves_are_called_out():
+    from budgetbench_core.report.tables import crossovers, non_monotone
+
+    summary = [_cell("rag", 512, 0.6, 0.5, 0.7), _cell("rag", 1024, 0.62, 0.52, 0.72), _cell("rag", 2048, 0.3, 0.2, 0.4),
+               _cell("recency", 512, 0.4, 0.3, 0.5), _cell("recency", 1024, 0.5, 0.4, 0.6),
+               _cell("recency", 2048, 0.7, 0.6, 0.8)]
+    assert crossovers(summary) == ["t: the best strategy changes between budget 1024 (rag, 0.620) and budget 2048 "
+                                   "(recency, 0.700)."]
+    assert non_monotone(summary) == ["t: rag drops from 0.620 at budget 1024 to 0.300 at budget 2048 "
+                                     "(intervals do not overlap)."]
+    summary[2] = _cell("rag", 2048, 0.55, 0.45, 0.65)
+    assert non_monotone(summary) == ["t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 "
+                                     "(intervals overlap: not distinguished)."]
