@@ -90,10 +90,8 @@ def execute(config: RunConfig, write_report: bool = True) -> None:
         f"{summary.model_calls} model calls, {summary.wall_s:.1f} s"
     )
     if write_report:
-        try:
-            from .report import write_report as build_report
-        except ImportError:
-            return
+        from .report import write_report as build_report
+
         paths = build_report(summary.run_dir)
         console.print(f"report: {paths.get('html', summary.run_dir / 'report')}")
 
