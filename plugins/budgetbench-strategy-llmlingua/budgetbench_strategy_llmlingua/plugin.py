@@ -68,14 +68,14 @@ def session_texts(history: Sequence[Message], context: StrategyContext) -> list[
 class LLMLingua2(MemoryStrategy):
     """Params: ``model`` (name or local folder), ``device`` (cpu), ``max_tries`` (4),
     ``headroom`` (share of the room the first attempt aims at, 0.9), ``force_tokens``
-    (kept always, default newline), ``context_level_filter`` (drop whole sessions first)."""
+    (kept at any rate, default none), ``context_level_filter`` (drop whole sessions first)."""
 
     name = "llmlingua2"
     regime = Regime.AUXILIARY_MODEL
     description = "LLMLingua-2 compression of the history toward the budget, re-counted exactly."
 
     def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu", max_tries: int = 4, headroom: float = 0.9,
-                 force_tokens: Sequence[str] = ("\n",), context_level_filter: bool = False, **params: Any) -> None:
+                 force_tokens: Sequence[str] = (), context_level_filter: bool = False, **params: Any) -> None:
         super().__init__(model=model, device=device, max_tries=max_tries, headroom=headroom,
                          force_tokens=list(force_tokens), context_level_filter=context_level_filter, **params)
         if not any(family in str(model) for family in SUPPORTED_FAMILIES):
