@@ -126,6 +126,12 @@ def cell_files(run_dir: Path) -> list[Path]:
     return sorted((Path(run_dir) / "cells").glob("*/*/*/r*.jsonl"))
 
 
+def repair_torn_tails(run_dir: Path) -> None:
+    """Cut every cell file's torn last line, including files no resumed cell will append to."""
+    for path in cell_files(run_dir):
+        _cut_torn_tail(path)
+
+
 def iter_events(run_dir: Path) -> Iterator[dict[str, Any]]:
     for path in cell_files(run_dir):
         yield from read_events(path)

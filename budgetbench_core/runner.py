@@ -42,6 +42,7 @@ from .runlog import (
     final_rows,
     now,
     read_manifest,
+    repair_torn_tails,
     write_json_atomic,
 )
 from .strategies import MemoryStrategy, StrategyContext
@@ -509,6 +510,7 @@ class Run:
             self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries)
                                  if self.judge_backend else self.caller)
             self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
+            repair_torn_tails(self.run_dir)
             done = {key for key, row in final_rows(self.run_dir).items() if row["event"] in FINAL_EVENTS}
             units = [(s, item) for s in self.config.strategies for item in items]
             random.Random(self.config.seed).shuffle(units)
