@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -52,6 +53,16 @@ class Request:
     prompt_tokens: int | None
     authorization: str | None
     status: int | None = None
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that give up (timeouts, a killed runner) reset connections: not worth a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -102,8 +113,7 @@ class FaultServer:
             def do_POST(self) -> None:
                 server._handle(self)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self

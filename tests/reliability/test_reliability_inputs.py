@@ -35,6 +35,7 @@ REAL_FILES = {  # task -> the official file it reads, when present
     "swebench-verified": DATA / "swebench" / "swebench_verified_mini.jsonl",
 }
 LOCAL_STRATEGIES = ["truncation", "recency", "checkpoint", "full_context"]
+RUN = dict(model="openai/fault-model", tokenizer="tiktoken:cl100k_base", retries=0, timeout_s=10.0, max_concurrency=2)
 
 
 def file_tasks() -> list[str]:
@@ -99,30 +100,33 @@ def broken_files(task: str, folder: Path) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("task", file_tasks() or [pytest.param(None, marks=pytest.mark.skip("no file-reading task"))])
-def test_broken_dataset_files_give_task_data_errors_naming_the_file(task, tmp_path):
+def test_broken_dataset_files_give_task_data_errors_naming_the_file(tmp_path):
     registry = get_registry()
+    tasks = file_tasks()
+    if not tasks:
+        pytest.skip("no installed task reads a dataset file")
     problems = []
-    for name, path in broken_files(task, tmp_path).items():
-        try:
-            items = list(registry.get("task", task).obj(path=str(path)).load(limit=None, seed=0))
-        except TaskDataError as exc:
-            if path.name not in str(exc):
-                problems.append(f"{name}: TaskDataError does not name the file: {exc}")
-            continue
-        except Exception as exc:
-            problems.append(f"{name}: {type(exc).__name__} instead of TaskDataError: {str(exc)[:200]}")
-            continue
-        if items:
-            problems.append(f"{name}: accepted, {len(items)} items")
-            continue
-        try:  # no items at all: the runner refuses to start
-            run(RunConfig(task=task, strategies=["truncation"], budgets=[500], out=tmp_path / name,
-                          task_options={"path": str(path)}, api_base="http://127.0.0.1:9/v1", **RUN))
-            problems.append(f"{name}: a run with no items started")
-        except TaskDataError as exc:
-            if path.name not in str(exc):
-                problems.append(f"{name}: TaskDataError does not name the file: {exc}")
+    for task in tasks:
+        for name, path in broken_files(task, tmp_path).items():
+            try:
+                items = list(registry.get("task", task).obj(path=str(path)).load(limit=None, seed=0))
+            except TaskDataError as exc:
+                if path.name not in str(exc):
+                    problems.append(f"{task} {name}: TaskDataError does not name the file: {exc}")
+                continue
+            except Exception as exc:
+                problems.append(f"{task} {name}: {type(exc).__name__} instead of TaskDataError: {str(exc)[:200]}")
+                continue
+            if items:
+                problems.append(f"{task} {name}: accepted, {len(items)} items")
+                continue
+            try:  # no items at all: the runner refuses to start
+                run(RunConfig(task=task, strategies=["truncation"], budgets=[500], out=tmp_path / f"{task}-{name}",
+                              task_options={"path": str(path)}, api_base="http://127.0.0.1:9/v1", **RUN))
+                problems.append(f"{task} {name}: a run with no items started")
+            except TaskDataError as exc:
+                if path.name not in str(exc):
+                    problems.append(f"{task} {name}: TaskDataError does not name the file: {exc}")
     assert problems == []
 
 
@@ -159,9 +163,6 @@ def registry_with_test_tasks():
     module.register_tasks = register_tasks
     registry.add_plugin(module, PluginInfo("reliability-inputs", "budgetbench-reliability-inputs", "0"))
     return registry
-
-
-RUN = dict(model="openai/fault-model", tokenizer="tiktoken:cl100k_base", retries=0, timeout_s=10.0, max_concurrency=2)
 
 
 def test_empty_histories_and_blank_queries_run(tmp_path):
