@@ -169,6 +169,7 @@ def _download(source: DatasetSource, filename: str, target: Path) -> str:
 
     commit = get_hf_file_metadata(hf_hub_url(source.repo, filename, repo_type="dataset")).commit_hash
     cached = hf_hub_download(source.repo, filename, repo_type="dataset", revision=commit)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".part")
     shutil.copyfile(cached, tmp)
     tmp.replace(target)
@@ -220,7 +221,6 @@ def fetch(dataset, directory, files):
     if _offline():
         click.echo("offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder))
         raise SystemExit(1)
-    folder.mkdir(parents=True, exist_ok=True)
     for index, remote in enumerate(missing):
         target = folder / source.files[remote]
         try:
