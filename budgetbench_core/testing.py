@@ -235,11 +235,7 @@ class ConformanceKit:
 
     # ------------------------------------------------------------- checks
 
-    def check_declared(self, factory: Factory) -> CheckResult:
-        try:
-            instance = factory()
-        except Exception as exc:
-            return CheckResult("declared", "fail", f"could not create an instance: {_describe_error(exc)}")
+    def check_declared(self, instance: Any) -> CheckResult:
         problems = []
         name = getattr(instance, "name", None)
         if not isinstance(name, str) or not name:
@@ -360,13 +356,16 @@ class ConformanceKit:
 
     def run_checks(self, factory: Factory) -> list[CheckResult]:
         """Every applicable check, in order; a failed ``declared`` check stops the rest."""
-        declared = self.check_declared(factory)
+        try:
+            probe = factory()
+        except Exception as exc:
+            return [CheckResult("declared", "fail", f"could not create an instance: {_describe_error(exc)}")]
+        declared = self.check_declared(probe)
         if declared.status == "fail":
             return [declared]
-        memory_system = isinstance(factory(), MemorySystem)
         first = self._pass(factory, self.items)
         second = self._pass(factory, self.items)
-        enforces = getattr(factory(), "enforces_budget", True) is not False
+        enforces = getattr(probe, "enforces_budget", True) is not False
         results = [declared, self.check_valid_output(first), self.check_budget(first, enforces),
                    self.check_no_mutation(first),
                    self.check_deterministic(first, second)]
@@ -374,7 +373,7 @@ class ConformanceKit:
             results.append(self.check_reset(first, self._pass(factory, list(reversed(self.items)))))
         else:
             results.append(CheckResult("reset", "skip", "not deterministic, so reset cannot be compared"))
-        if memory_system:
+        if isinstance(probe, MemorySystem):
             results.append(self.check_ingest_failures(factory))
         return results
 
