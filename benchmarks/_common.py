@@ -150,6 +150,14 @@ class _Server(ThreadingHTTPServer):
 
 def _serve(delay_s: float, rate_limit_first: int, retry_after: float) -> None:
     server = _Server(("127.0.0.1", 0), delay_s, rate_limit_first, retry_after)
+    parent = os.getppid()
+
+    def exit_with_parent() -> None:  # a benchmark killed mid-run must not leave its server behind
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     print(server.server_address[1], flush=True)
     server.serve_forever(poll_interval=0.05)
 
