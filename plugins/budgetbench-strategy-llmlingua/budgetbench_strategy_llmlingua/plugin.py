@@ -156,7 +156,7 @@ class LLMLingua2(MemoryStrategy):
                 "compressor_compressed_tokens": result["compressed_tokens"],
                 "compressor_ratio": result["ratio"],
             })
-            if exact <= budget:
+            if exact <= budget or rate <= MIN_RATE:  # fits, or no lower rate left to try
                 break
             rate = max(MIN_RATE, rate * min(1.0, room / max(used, 1)) * SHRINK)
         audit.update({"prompt_tokens": exact, "within_budget": exact <= budget,
