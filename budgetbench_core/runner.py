@@ -13,6 +13,7 @@ An over-budget prompt becomes a ``violation`` row scored 0; a failure becomes an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
@@ -167,6 +168,21 @@ def _prompt_hash(messages: Sequence[Message]) -> str:
 
 def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _exclusive(run_dir: Path) -> Iterator[None]:
+    """One process per run directory: two would overwrite each other's manifest. The OS
+    releases the lock when its holder dies, even by kill -9, so a resume is never blocked."""
+    import fcntl  # POSIX only, like the embedded server
+
+    with open(run_dir / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunConfigError(f"{run_dir} is in use by another budgetbench run; wait for it to finish "
+                                 f"or choose another --out") from None
+        yield
 
 
 def _call_with_timeout(function: Callable[[], Any], timeout_s: float) -> Any:
@@ -483,6 +499,12 @@ class Run:
 
     def execute(self, progress: Callable[[str, int], None] | None = None,
                 on_start: Callable[[int, dict[str, int]], None] | None = None) -> RunSummary:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive(self.run_dir):
+            return self._execute(progress, on_start)
+
+    def _execute(self, progress: Callable[[str, int], None] | None,
+                 on_start: Callable[[int, dict[str, int]], None] | None) -> RunSummary:
         progress = progress or (lambda name, n: None)
         started_clock = time.perf_counter()
         self.run_dir.mkdir(parents=True, exist_ok=True)
