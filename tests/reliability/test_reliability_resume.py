@@ -29,6 +29,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from reliability_fault_server import FaultServer, messages_hash  # noqa: E402
 
 from budgetbench_core import Message, RunConfig, run  # noqa: E402
+from budgetbench_core.runner import RunConfigError  # noqa: E402
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer  # noqa: E402
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_manifest  # noqa: E402
 
@@ -139,3 +140,19 @@ def test_kill_nine_and_resume_matches_uninterrupted_run(tmp_path):
     assert [i["finished"] is None for i in manifest["invocations"]] == [True] * KILLS + [False]
     print(f"crash-resume figures: kills={kills} cells={len(resumed)} reference_calls={calls_needed} "
           f"resumed_calls={len(server.requests)} repeated_calls={len(server.requests) - calls_needed}")
+
+
+def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
+    """Two runs writing one directory would overwrite each other's manifest."""
+    import fcntl
+
+    out = tmp_path / "run"
+    out.mkdir()
+    settings = {**SETTINGS, "budgets": [10], "task_options": {"items": 2, "history_tokens": 300}}
+    with open(out / ".lock", "w") as held:  # what a live `budgetbench run` holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunConfigError, match="in use by another budgetbench run"):
+            run(RunConfig(out=out, api_base="http://127.0.0.1:9/v1", **settings))
+    assert not (out / "cells").exists()
+    summary = run(RunConfig(out=out, api_base="http://127.0.0.1:9/v1", **settings))  # released: runs
+    assert summary.violations == summary.cells_total == 4
