@@ -62,12 +62,6 @@ def _refuse_secret_option(ctx, param, value) -> None:
         raise click.UsageError(SECRET_OPTION_HINT)
 
 
-def _refuse_key_in_argv() -> None:
-    for arg in sys.argv[1:]:
-        if arg.startswith(("--api-key", "--key")) or arg.lower().startswith("api_key="):
-            raise click.UsageError(SECRET_OPTION_HINT)
-
-
 def execute(config: RunConfig, write_report: bool = True) -> None:
     """Run with progress bars, print the summary, then write the report."""
     with Progress(
@@ -167,7 +161,6 @@ def parse_budgets(text: str) -> list[int]:
 @run_options
 def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, config_path, **settings):
     """Run (or resume) a benchmark: every strategy at every budget tier on every item."""
-    _refuse_key_in_argv()
     config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets),
                        out=out or Path("runs") / task, task_options=_parse_pairs(task_options, "--task-option"),
                        strategy_params=_strategy_params(strategy_params), **settings)

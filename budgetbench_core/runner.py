@@ -238,6 +238,8 @@ class Run:
         registered = self.registry.get(kind, name)
         try:
             return registered.obj(**params)
+        except TaskDataError:
+            raise  # already names the file, record and field
         except Exception as exc:
             raise PluginError(
                 f"{kind} {name!r} from {registered.plugin.distribution} could not be created with {params}: "
