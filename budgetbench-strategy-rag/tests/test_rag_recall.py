@@ -2,8 +2,8 @@
 
 A question counts as recalled when at least one of its ``has_answer`` turns (or a chunk of
 one) is in the 4096-token prompt; questions without such turns (most abstention ones) are
-left out of the denominator. Embedding a ~115K-token history costs about a minute of CPU
-on this 2-core machine, so the test takes a round-robin selection across the six question
+left out of the denominator. Embedding a ~115K-token history takes minutes on this
+shared 2-core machine, so the test takes a round-robin selection across the six question
 types (``BUDGETBENCH_RAG_RECALL_ITEMS``, default 4). The floors are
 the recall bench_rag.py measured on the same selection (it takes questions in the
 same round-robin order); its figures for more questions are in docs/performance.md.
