@@ -10,7 +10,7 @@ the manifest, because results on such a subset are conditioned on the selection.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from budgetbench_core import Item, Message, Task, TaskDataError, resolve_data_file
@@ -82,14 +82,21 @@ class LongBenchV2(Task):
 
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
         path = resolve_data_file(DATASET, DEFAULT_FILE, self.path)
-        items = [self.item(record) for record in load_records(path)]
-        fitting = [i for i in items if self.max_natural_tokens is None or i.metadata["natural_tokens"] <= self.max_natural_tokens]
-        if not fitting:
-            smallest = min(i.metadata["natural_tokens"] for i in items) if items else None
-            raise TaskDataError(f"{path}: no item's full prompt fits max_natural_tokens={self.max_natural_tokens} "
-                                f"(the smallest needs {smallest} {ENCODING} tokens)")
-        selected = fitting if limit is None else balanced(fitting, limit, seed)
-        self._notes = {"data_file": str(path), "items_in_file": len(items), "items_fitting": len(fitting),
+        records = load_records(path)
+        if self.max_natural_tokens is None:
+            # Chunk only what is selected: chunking every context takes seconds.
+            chosen = records if limit is None else balanced(records, limit, seed, lambda r: getattr(r, self.category))
+            selected, fitting = [self.item(record) for record in chosen], len(records)
+        else:
+            items = [self.item(record) for record in records]
+            fits = [i for i in items if i.metadata["natural_tokens"] <= self.max_natural_tokens]
+            if not fits:
+                smallest = min((i.metadata["natural_tokens"] for i in items), default=None)
+                raise TaskDataError(f"{path}: no item's full prompt fits max_natural_tokens={self.max_natural_tokens} "
+                                    f"(the smallest needs {smallest} {ENCODING} tokens)")
+            selected = fits if limit is None else balanced(fits, limit, seed, lambda i: i.category)
+            fitting = len(fits)
+        self._notes = {"data_file": str(path), "items_in_file": len(records), "items_fitting": fitting,
                        "items_selected": len(selected)}
         yield from selected
 
@@ -114,17 +121,16 @@ class LongBenchV2(Task):
         return notes
 
 
-def balanced(items: list[Item], limit: int, seed: int) -> list[Item]:
+def balanced(entries: list, limit: int, seed: int, category: Callable[[Any], str]) -> list:
     """A seeded selection that takes categories in turn, so small categories are represented."""
-    groups: dict[str, list[Item]] = {}
-    for item in items:
-        groups.setdefault(str(item.category), []).append(item)
+    groups: dict[str, list] = {}
+    for entry in entries:
+        groups.setdefault(str(category(entry)), []).append(entry)
     for name, group in groups.items():
         random.Random(f"longbench-v2:{seed}:{name}").shuffle(group)
-    order = sorted(groups)
-    chosen: list[Item] = []
-    while len(chosen) < min(limit, len(items)):
-        for name in order:
+    chosen: list = []
+    while len(chosen) < min(limit, len(entries)):
+        for name in sorted(groups):
             if groups[name] and len(chosen) < limit:
                 chosen.append(groups[name].pop())
     return chosen

@@ -26,7 +26,7 @@ def test_truncation_run_on_the_local_model(tmp_path):
     assert summary.errors == 0 and summary.results + summary.violations == 4
 
     rows = final_rows(tmp_path / "run")
-    assert {(key[3], key[4]) for key in rows} == {(b, i) for b in (1024, 2048) for i in {k[4] for k in rows}}
+    assert {(key[2], key[4]) for key in rows} == {(b, i) for b in (1024, 2048) for i in {k[4] for k in rows}}
     for row in rows.values():
         assert row["event"] == "result" and row["prompt_tokens"] <= row["budget"]
         assert row["served_prompt_tokens"] == row["prompt_tokens"]

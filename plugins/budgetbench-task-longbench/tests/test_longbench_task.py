@@ -48,8 +48,9 @@ def test_items_have_chunks_question_last_and_categories(items):
     assert item.category == row["difficulty"]
     assert item.metadata["categories"] == {"difficulty": row["difficulty"], "length": row["length"],
                                            "domain": row["domain"]}
-    domain_task = LongBenchV2(path=str(SAMPLE), category="domain")
-    assert {i.category for i in domain_task.load(None, 0)} == {r["domain"] for r in raw.values()}
+    by_domain = list(LongBenchV2(path=str(SAMPLE), category="domain").load(10, 0))
+    assert all(i.category == raw[i.id]["domain"] for i in by_domain)
+    assert len({i.category for i in by_domain}) == len({r["domain"] for r in raw.values()}) == 5
 
 
 @needs_data
@@ -90,21 +91,23 @@ def test_limit_is_seeded_and_takes_categories_in_turn():
 
 
 @needs_data
-def test_max_natural_tokens_selects_and_labels(items):
-    sizes = sorted(i.metadata["natural_tokens"] for i in items)
+def test_max_natural_tokens_selects_and_labels(items, tmp_path):
+    subset = tmp_path / "subset.json"  # the first 8 official rows: the same checks, less chunking
+    subset.write_text(json.dumps(json.loads(SAMPLE.read_text(encoding="utf-8"))[:8]), encoding="utf-8")
+    sizes = sorted(i.metadata["natural_tokens"] for i in items[:8])
     cut = sizes[4]
-    task = LongBenchV2(path=str(SAMPLE), max_natural_tokens=cut)
+    task = LongBenchV2(path=str(subset), max_natural_tokens=cut)
     chosen = list(task.load(None, 0))
     assert len(chosen) == 5 and all(i.metadata["natural_tokens"] <= cut for i in chosen)
     notes = task.manifest_notes()
     assert notes["selection_conditioned"] is True
-    assert notes["items_fitting"] == 5 and notes["items_in_file"] == 50
+    assert notes["items_fitting"] == 5 and notes["items_in_file"] == 8 and notes["items_selected"] == 5
     assert notes["selection"]["max_natural_tokens"] == cut and "selection-conditioned" in notes["selection"]["label"]
-    unrestricted = LongBenchV2(path=str(SAMPLE))
+    unrestricted = LongBenchV2(path=str(subset))
     list(unrestricted.load(2, 0))
     assert unrestricted.manifest_notes()["selection_conditioned"] is False
     with pytest.raises(TaskDataError, match=f"smallest needs {sizes[0]}"):
-        list(LongBenchV2(path=str(SAMPLE), max_natural_tokens=sizes[0] - 1).load(None, 0))
+        list(LongBenchV2(path=str(subset), max_natural_tokens=sizes[0] - 1).load(None, 0))
 
 
 def _write(tmp_path, rows):
