@@ -3,10 +3,11 @@
 Drives the real runner (synthetic-memory, truncation, one tier, tiktoken:cl100k_base)
 with ``max_concurrency`` N, back to back with N = 1, and reports cells per second as a
 ratio to N = 1. The server records how many requests it held at once, which shows the
-connection limit is honoured, and the harness's CPU time per cell (process time; the
-server is another process), which bounds throughput on a busy machine: at 200 ms per
-call, concurrency N needs N * 5 cells/s, i.e. N * 5 * cpu_ms / 1000 of a core. A last phase answers the first requests with 429 and
-Retry-After, and checks every cell still finishes, no sooner than Retry-After allows.
+connection limit is honoured. It also records the harness's CPU time per cell (process
+time; the server is another process), which bounds throughput on a busy machine: at
+200 ms per call, concurrency N needs N * 5 cells/s, i.e. N * 5 * cpu_ms / 1000 of a core.
+A last phase answers the first requests with 429 and Retry-After, and checks every cell
+still finishes, no sooner than Retry-After allows.
 
     .venv/bin/python benchmarks/bench_concurrency.py [--delay 0.2] [--repeats 3]
 """

@@ -42,7 +42,8 @@ def main() -> None:
         marks: dict[str, float] = {}
         finished: list[float] = []
         began = time.perf_counter()
-        summary = run(config(out, args.items, budgets), on_start=lambda total, per: marks.setdefault("cells", time.perf_counter()),
+        summary = run(config(out, args.items, budgets),
+                      on_start=lambda total, per: marks.setdefault("cells", time.perf_counter()),
                       progress=lambda name, n: finished.append(time.perf_counter()))
         wall = time.perf_counter() - began
         events = list(iter_events(out))

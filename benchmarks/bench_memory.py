@@ -69,7 +69,8 @@ def main() -> None:
                "growth_mb_per_10_items": None if growth is None else round(growth, 2),
                "wall_s": round(per_item[-1]["t_s"], 1), "per_item": per_item}
     print(f"{args.strategy} over {len(per_item)} items: RSS {figures['rss_before_mb']} MB before, "
-          f"{figures['rss_after_first_item_mb']} MB after item 1 (items, encodings, any model loaded), peak {figures['peak_mb']} MB, "
+          f"{figures['rss_after_first_item_mb']} MB after item 1 (items, encodings, any model loaded), "
+          f"peak {figures['peak_mb']} MB, "
           f"growth {figures['growth_mb_per_10_items']} MB per 10 items")
     write_result(f"memory_{args.strategy}", {"machine": start, "tiers": TIERS, **figures})
 
