@@ -161,6 +161,11 @@ def _check_text(task: str, item: Item) -> None:
                                 f"byte at character {exc.start}); decode the source file strictly") from None
 
 
+def _backend_for(model: str) -> str:
+    """``local`` and ``local:<gguf>`` run the embedded server; anything else goes to litellm."""
+    return "local" if model == "local" or model.startswith("local:") else "litellm"
+
+
 def _prompt_hash(messages: Sequence[Message]) -> str:
     payload = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
@@ -217,7 +222,7 @@ class Run:
         self.grader: Grader = self._instantiate("grader", grader_name)
         self.strategy_classes = {name: registry.get("strategy", name).obj for name in config.strategies}
         self.max_output_tokens = config.max_output_tokens or self.task.max_output_tokens
-        backend_name = "local" if config.model == "local" else "litellm"
+        backend_name = _backend_for(config.model)
         backend_class = registry.get("backend", backend_name).obj
         self.backend: Backend = backend_class(
             config.model, api_base=config.api_base, timeout_s=config.timeout_s,
@@ -225,7 +230,7 @@ class Run:
         )
         self.judge_backend: Backend | None = None
         if config.judge_model and config.judge_model != config.model:
-            judge_class = registry.get("backend", "local" if config.judge_model == "local" else "litellm").obj
+            judge_class = registry.get("backend", _backend_for(config.judge_model)).obj
             self.judge_backend = judge_class(config.judge_model, timeout_s=config.timeout_s,
                                              max_context=32768, max_concurrency=config.max_concurrency)
         self.log = EventLog(self.run_dir)

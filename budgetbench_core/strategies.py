@@ -61,6 +61,9 @@ class MemoryStrategy(ABC):
     name: ClassVar[str]
     regime: ClassVar[Regime]
     description: ClassVar[str] = ""
+    # False only for a ceiling arm that sends everything (full_context): the runner still
+    # enforces the budget; conformance checks then skip the budget-compliance check.
+    enforces_budget: ClassVar[bool] = True
 
     def __init__(self, **params: Any) -> None:
         self.params = params
