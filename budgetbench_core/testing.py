@@ -365,7 +365,7 @@ class ConformanceKit:
             return [declared]
         first = self._pass(factory, self.items)
         second = self._pass(factory, self.items)
-        enforces = probe.enforces_budget
+        enforces = getattr(probe, "enforces_budget", True)  # memory systems: the harness fills
         results = [declared, self.check_valid_output(first), self.check_budget(first, enforces),
                    self.check_no_mutation(first),
                    self.check_deterministic(first, second)]
