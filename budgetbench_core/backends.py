@@ -77,6 +77,10 @@ class Backend(ABC):
         """Tokenizer spec to use when the user gives none; None means the user must choose."""
         return None
 
+    def cache_identity(self) -> tuple[str, str | None]:
+        """(model, api base) for the response-cache key: what makes two replies comparable."""
+        return self.model, self.api_base
+
     def describe(self) -> dict[str, Any]:
         """Recorded in the manifest. Never include secrets."""
         return {"backend": self.name, "model": self.model, "api_base": self.api_base}

@@ -61,7 +61,7 @@ class ModelCaller:
             self.rate_limited += int(rate_limited)
 
     def call(self, messages: Sequence[Message], params: GenerationParams) -> CallOutcome:
-        key = cache_key(self.backend.model, self.backend.api_base, messages, params)
+        key = cache_key(*self.backend.cache_identity(), messages, params)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

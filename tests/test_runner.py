@@ -102,3 +102,16 @@ def test_prompt_audit_precedes_every_decision(finished_run):
     audits = {(e["strategy"], e["budget"], e["item_id"]) for e in iter_events(out) if e["event"] == "prompt_audit"}
     decided = {(k[1], k[2], k[4]) for k in final_rows(out)}
     assert decided <= audits
+
+
+def test_response_cache_survives_a_new_server_port(tmp_path):
+    """A reply that arrived before a crash is reused after restart, though the port changed."""
+    first = run(config(tmp_path, strategies=["truncation"], budgets=[256], limit=1))
+    assert first.model_calls == 1
+    import shutil
+
+    shutil.rmtree(tmp_path / "cells")  # as if the process died after the call, before the row
+    second = run(config(tmp_path, strategies=["truncation"], budgets=[256], limit=1))
+    assert second.model_calls == 0
+    (row,) = final_rows(tmp_path).values()
+    assert row["event"] == "result" and row["cached"] is True

@@ -103,6 +103,10 @@ class LocalBackend(LiteLLMBackend):
     def default_tokenizer(self) -> str:
         return "server"
 
+    def cache_identity(self) -> tuple[str, str | None]:
+        """The model file, not the server's address: the port is new on every start."""
+        return f"local:{self.model_path}:{self.model_path.stat().st_size}", None
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.label, "model_file": str(self.model_path),
                 "model_file_bytes": self.model_path.stat().st_size, "slots": self.slots,
