@@ -53,7 +53,8 @@ def _rows(path: Path) -> list[Any]:
                     try:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError as exc:
-                        raise TaskDataError(f"{path}: row {number} (line {number + 1}) is not valid JSON ({exc})") from None
+                        raise TaskDataError(
+                            f"{path}: row {number} (line {number + 1}) is not valid JSON ({exc})") from None
             return rows
         if suffix == ".json":
             rows = json.loads(text)
@@ -63,7 +64,8 @@ def _rows(path: Path) -> list[Any]:
     except TaskDataError:
         raise
     except Exception as exc:
-        raise TaskDataError(f"{path}: could not be read as {suffix or 'a data file'} ({type(exc).__name__}: {exc})") from None
+        raise TaskDataError(
+            f"{path}: could not be read as {suffix or 'a data file'} ({type(exc).__name__}: {exc})") from None
     raise TaskDataError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
 
 

@@ -20,7 +20,8 @@ class PatchSimilarity(Grader):
     name = "swebench-patch-similarity"
     version = "1"
     binary = False
-    description = "Proxy: similarity of the predicted patch to the gold patch (file recall, changed-line F1); not resolved rate."
+    description = ("Proxy: similarity of the predicted patch to the gold patch (file recall, changed-line F1); "
+                   "not resolved rate.")
 
     def __init__(self, file_weight: float = 0.4, line_weight: float = 0.6, **params):
         file_weight, line_weight = float(file_weight), float(line_weight)

@@ -34,7 +34,8 @@ class RepoFile:
 def _git(clone: Path, *args: str, stdin: bytes | None = None) -> bytes:
     done = subprocess.run(["git", "-C", str(clone), *args], input=stdin, capture_output=True, check=False)
     if done.returncode != 0:
-        raise TaskDataError(f"git {' '.join(args[:3])} in {clone} failed: {done.stderr.decode(errors='replace').strip()}")
+        error = done.stderr.decode(errors="replace").strip()
+        raise TaskDataError(f"git {' '.join(args[:3])} in {clone} failed: {error}")
     return done.stdout
 
 

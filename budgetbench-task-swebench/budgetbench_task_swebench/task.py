@@ -52,7 +52,8 @@ class SWEBenchVerified(Task):
     name = "swebench-verified"
     default_grader = "swebench-patch-similarity"
     max_output_tokens = 768
-    description = "SWE-bench Verified: issue, hints and repo files as context; patch-similarity proxy (not resolved rate)."
+    description = ("SWE-bench Verified: issue, hints and repo files as context; patch-similarity proxy "
+                   "(not resolved rate).")
 
     def __init__(self, path: str | None = None, repo_cache: str | None = None, max_files: int = 6,
                  file_chunk_lines: int = 150, max_file_bytes: int = 200_000, **options: Any) -> None:
@@ -83,7 +84,8 @@ class SWEBenchVerified(Task):
                 files = select_files(clone, instance.base_commit, issue, self.max_files, self.max_file_bytes)
             except TaskDataError as exc:
                 raise TaskDataError(f"instance {instance.instance_id}: {exc}") from None
-        history = [m for file in reversed(files) for m in file_messages(file, instance.base_commit, self.file_chunk_lines)]
+        history = [message for file in reversed(files)
+                   for message in file_messages(file, instance.base_commit, self.file_chunk_lines)]
         if instance.hints_text.strip():
             history.append(Message("user", f"Hints from the issue discussion:\n{instance.hints_text}",
                                    {"session_id": "hints", "source_id": "hints_text", "kind": "hints"}))
