@@ -45,14 +45,15 @@ def broken_plugin_env(tmp_path: Path) -> dict:
 
 
 def test_failing_plugin_import_does_not_break_list_plugins(tmp_path):
-    result = budgetbench("list-plugins", "--json", env=broken_plugin_env(tmp_path))
+    env = broken_plugin_env(tmp_path)
+    result = budgetbench("list-plugins", "--json", env=env)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     broken = [r for r in rows if r["kind"] == "error"]
     assert broken and broken[0]["distribution"] == "broken-plugin"
     assert "needs a library that is not installed" in broken[0]["error"]
     assert BUILTINS <= {(r["kind"], r["name"]) for r in rows}
-    table = budgetbench("list-plugins", env=broken_plugin_env(tmp_path))
+    table = budgetbench("list-plugins", env=env)
     assert table.returncode == 0 and "broken-plugin" in table.stderr
 
 
