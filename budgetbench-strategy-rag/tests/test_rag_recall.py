@@ -23,7 +23,8 @@ import rag_support  # noqa: E402
 BUDGET = 4096
 ITEMS = int(os.environ.get("BUDGETBENCH_RAG_RECALL_ITEMS", "4"))
 # Recall we measured (bench_rag.py, same selection): {selection size: {strategy: floor}}.
-FLOORS = {4: {"rag": 1.0, "lean_retrieval": 1.0}}
+FLOORS = {4: {"rag": 1.0, "lean_retrieval": 1.0},  # 4/4 and 4/4
+          56: {"rag": 0.95, "lean_retrieval": 0.97}}  # 47/49 and 48/49 (49 questions have has_answer turns)
 
 
 @pytest.fixture(scope="module")
