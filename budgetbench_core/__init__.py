@@ -18,7 +18,7 @@ from .runlog import final_rows, read_manifest
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tasks import Task, TaskDataError
-from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo
+from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings
 
 __all__ = [
     "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "GenerationParams", "Grader",
@@ -26,4 +26,5 @@ __all__ = [
     "Message", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
     "fill_budget", "final_rows", "hookimpl", "read_manifest", "resolve_data_file", "run",
+    "use_bundled_tiktoken_encodings",
 ]

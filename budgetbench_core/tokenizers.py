@@ -9,6 +9,8 @@ with the exact ``count`` of the whole rendered prompt.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -16,6 +18,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .messages import Message
+
+
+def use_bundled_tiktoken_encodings() -> None:
+    """Point tiktoken at the encodings litellm ships, so nothing is downloaded offline.
+
+    tiktoken fetches cl100k_base/o200k_base on first use unless TIKTOKEN_CACHE_DIR holds
+    them; a value the user set is kept.
+    """
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        return
+    spec = importlib.util.find_spec("litellm")
+    if spec and spec.submodule_search_locations:
+        folder = os.path.join(list(spec.submodule_search_locations)[0], "litellm_core_utils", "tokenizers")
+        if os.path.isdir(folder):
+            os.environ["TIKTOKEN_CACHE_DIR"] = folder
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from budgetbench_core import Message, Tokenizer, TokenizerInfo, hookimpl
+from budgetbench_core import Message, Tokenizer, TokenizerInfo, hookimpl, use_bundled_tiktoken_encodings
 
 
 class ServerTokenizer(Tokenizer):
@@ -45,19 +45,6 @@ class ServerTokenizer(Tokenizer):
         return self._tokens(prompt, add_special=True)
 
 
-def _tiktoken_cache_dir() -> None:
-    """Point tiktoken at the encodings litellm ships, so nothing is downloaded."""
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        return
-    import importlib.util
-
-    spec = importlib.util.find_spec("litellm")
-    if spec and spec.submodule_search_locations:
-        folder = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers"
-        if folder.is_dir():
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
-
-
 class TiktokenTokenizer(Tokenizer):
     """OpenAI encodings with OpenAI's published chat overhead (3 per message, 3 for the reply).
 
@@ -70,7 +57,7 @@ class TiktokenTokenizer(Tokenizer):
     REPLY_PRIMING = 3
 
     def __init__(self, encoding: str) -> None:
-        _tiktoken_cache_dir()
+        use_bundled_tiktoken_encodings()
         import tiktoken
 
         try:

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
-import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from budgetbench_core import MemoryStrategy, Message, Regime, StrategyContext, hookimpl
+from budgetbench_core import MemoryStrategy, Message, Regime, StrategyContext, hookimpl, use_bundled_tiktoken_encodings
 
 DEFAULT_MODEL = "microsoft/llmlingua-2-xlm-roberta-large-meetingbank"
 # llmlingua 0.2.2 picks its word-merging rules by these substrings of the model name.
@@ -27,17 +24,6 @@ HEADER = "Compressed conversation history (LLMLingua-2: low-information words we
 # llmlingua2 turns rate r into a percentile int(100 * (1 - r) + 1); r <= 0 would ask for 101.
 MIN_RATE = 0.001
 SHRINK = 0.9
-
-
-def _offline_tiktoken() -> None:
-    """llmlingua loads tiktoken's cl100k at construction; litellm ships it, so nothing is downloaded."""
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        return
-    spec = importlib.util.find_spec("litellm")
-    if spec and spec.submodule_search_locations:
-        folder = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
-        if folder.is_dir():
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
 
 
 class _CachedClassifier:
@@ -96,7 +82,7 @@ class LLMLingua2(MemoryStrategy):
 
     def _load(self) -> Any:
         if self._compressor is None:
-            _offline_tiktoken()
+            use_bundled_tiktoken_encodings()
             from llmlingua import PromptCompressor
 
             try:

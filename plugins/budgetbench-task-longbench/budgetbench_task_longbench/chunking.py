@@ -8,28 +8,16 @@ Chunks are exact slices of the context: joined, they give the context back.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from functools import lru_cache
-from pathlib import Path
+
+from budgetbench_core import use_bundled_tiktoken_encodings
 
 ENCODING = "cl100k_base"
 
 
-def _point_tiktoken_at_litellm() -> None:
-    """tiktoken downloads encodings on first use; litellm ships cl100k_base, so use that copy offline."""
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        return
-    spec = importlib.util.find_spec("litellm")
-    if spec and spec.submodule_search_locations:
-        folder = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
-        if folder.is_dir():
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
-
-
 @lru_cache(maxsize=1)
 def encoding():
-    _point_tiktoken_at_litellm()
+    use_bundled_tiktoken_encodings()
     import tiktoken
 
     try:
