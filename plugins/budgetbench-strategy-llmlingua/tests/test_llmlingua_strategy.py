@@ -162,3 +162,10 @@ def test_llmlingua2_run_end_to_end_has_no_violations(tiny_model, tmp_path):
     assert audit["strategy_audit"]["llmlingua2"]["compressed"] is True
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["strategies"]["llmlingua2"]["regime"] == "auxiliary-model-assisted"
+
+
+def test_llmlingua2_passes_the_conformance_kit(budgetbench_kit, tiny_model):
+    """The kit every plugin author runs, on the real llmlingua code path with the tiny model."""
+    import functools
+
+    budgetbench_kit.assert_conforms(functools.partial(LLMLingua2, model=tiny_model))

@@ -165,6 +165,9 @@ class Mem0(MemorySystem):
     def ingest(self, sessions, context):
         memory = self._memory(context.run_dir)
         user = self.user_id(context.item.id)
+        # The store outlives a crash and a reset: start the item from nothing, or a resumed
+        # run (or a second pass over the same item) would search duplicated memories.
+        memory.delete_all(user_id=user)
         started = time.perf_counter()
         failures: list[IngestFailure] = []
         memories = 0
@@ -202,6 +205,8 @@ class Mem0(MemorySystem):
             text = (f"[{date}] " if date else "") + (f"{role}: " if role and not self.infer else "") + row["memory"]
             ranked.append(RetrievedItem(text=text, score=float(row["score"]), source_id=meta.get("session_id"),
                                         metadata={"mem0_id": row["id"], "role": role}))
+        # Equal scores (repeated text) would otherwise come back in the order of mem0's random ids.
+        ranked.sort(key=lambda r: (-r.score, r.source_id or "", r.text))
         return ranked
 
 

@@ -210,3 +210,10 @@ def test_mem0_refuses_keys_in_its_config_and_infer_without_an_llm():
         Mem0(infer=True, llm={"provider": "openai", "config": {"model": "m", "api_key": "sk-secret"}})
     with pytest.raises(ValueError, match="needs an llm block"):
         Mem0(infer=True)
+
+
+def test_mem0_passes_the_conformance_kit(budgetbench_kit):
+    """The kit every plugin author runs: budget, determinism, reset, ingest failures reported."""
+    from budgetbench_strategy_mem0.plugin import Mem0
+
+    budgetbench_kit.assert_conforms(Mem0)
