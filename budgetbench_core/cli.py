@@ -175,7 +175,7 @@ DEMO_BUDGETS = (512, 1024, 2048)
 
 @cli.command()
 @click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True)
-@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@click.option("--limit", "-n", type=int, default=8, show_default=True)
 @click.option("--max-concurrency", "-j", type=int, default=2, show_default=True)
 def demo(out, limit, max_concurrency):
     """The embedded default: synthetic-memory on the local model, 3 strategies, tiers 512 1024 2048."""
