@@ -356,7 +356,7 @@ class Run:
         kind = event["event"]
         if kind in ("result", "violation", "error"):
             with self._stats_lock:
-                self.stats[kind + "s" if kind != "error" else "errors"] += 1
+                self.stats[kind + "s"] += 1
 
     # ----------------------------------------------------------------- one cell
 
