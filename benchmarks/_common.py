@@ -287,3 +287,10 @@ class RSSSampler:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
     _serve(float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+
+
+def longmemeval_s_task(registry) -> tuple[str, dict[str, Any], str | None]:
+    """(task, task options, grader) over LongMemEval_S: the real plugin when installed, else ours."""
+    if "longmemeval" in registry.names("task"):
+        return "longmemeval", {"path": str(LONGMEMEVAL_S), "split": "s"}, "longmemeval-match"
+    return BENCH_TASK, {}, None

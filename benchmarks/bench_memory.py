@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import BENCH_TASK, LONGMEMEVAL_S, FakeOpenAI, RSSSampler, benchmark_registry, machine, require_data, \
+from _common import FakeOpenAI, RSSSampler, benchmark_registry, longmemeval_s_task, machine, require_data, \
     write_result
 
 from budgetbench_core import RunConfig, run
@@ -38,10 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     require_data()
     registry = benchmark_registry()
-    if "longmemeval" in registry.names("task"):
-        task, options, grader = "longmemeval", {"path": str(LONGMEMEVAL_S), "split": "s"}, "longmemeval-match"
-    else:
-        task, options, grader = BENCH_TASK, {}, None
+    task, options, grader = longmemeval_s_task(registry)
     start = machine()
     per_item: list[dict] = []
     cells = {"done": 0}

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import BENCH_TASK, LONGMEMEVAL_S, FakeOpenAI, benchmark_registry, machine, require_data, write_result
+from _common import FakeOpenAI, benchmark_registry, longmemeval_s_task, machine, require_data, write_result
 
 from budgetbench_core import RunConfig, run
 from budgetbench_core.runlog import final_rows
@@ -32,10 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     require_data()
     registry = benchmark_registry()
-    if "longmemeval" in registry.names("task"):
-        task, options, grader = "longmemeval", {"path": str(LONGMEMEVAL_S), "split": "s"}, "longmemeval-match"
-    else:
-        task, options, grader = BENCH_TASK, {}, None
+    task, options, grader = longmemeval_s_task(registry)
     start = machine()
     with FakeOpenAI(delay_s=args.delay) as server, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
