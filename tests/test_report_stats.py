@@ -10,50 +10,69 @@ import pytest
 from budgetbench_core.report import ReportError
 from budgetbench_core.report.data import check_versions
 from budgetbench_core.report.plots import pareto_front
-from budgetbench_core.report.stats import bootstrap_mean, estimate, paired_delta, verdict, wilson
+from budgetbench_core.report.stats import bounded_t, estimate, paired_delta, verdict, wilson
 from budgetbench_core.report.tables import cell_summary, item_values, parse_reference
 
 
 def test_wilson_known_values():
     low, high = wilson(8, 10)
-    assert round(low, 3) == 0.490 and round(high, 3) == 0.943
+    # Wilson's lower bound; the upper is Brown-Cai-DasGupta's Poisson bound for 2 failures of 10.
+    assert round(low, 3) == 0.490 and round(high, 3) == 0.964
     # Not Wald (defect 9): Wald gives 0.8 +- 0.248 = [0.552, 1.048].
     assert abs(low - 0.552) > 0.05 and high < 1
+    assert round(wilson(5, 10)[0], 3) == 0.237 and round(wilson(5, 10)[1], 3) == 0.763  # plain Wilson
     assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
     assert wilson(10, 10)[1] == pytest.approx(1.0) and wilson(10, 10)[0] == pytest.approx(0.7225, abs=1e-4)
+    # 1 success in 8: Wilson's lower bound 0.022 would miss p = 0.02 whenever X = 1 (coverage 85%).
+    assert wilson(1, 8)[0] < 0.01
 
 
 def test_estimate_picks_wilson_only_for_binary_per_item_values():
     assert estimate([1, 1, 0, 1, 1, 1, 1, 0, 1, 1], binary=True).method == "wilson"
-    # A repeat-averaged item (0.5) is no longer a Bernoulli outcome: bootstrap instead.
-    assert estimate([1, 0.5, 0, 1], binary=True).method == "bootstrap"
-    assert estimate([0.2, 0.9, 0.4], binary=False).method == "bootstrap"
+    # A repeat-averaged item (0.5) is no longer a Bernoulli outcome: bounded t instead.
+    assert estimate([1, 0.5, 0, 1], binary=True).method == "bounded-t"
+    assert estimate([0.2, 0.9, 0.4], binary=False).method == "bounded-t"
     assert estimate([], binary=True).n == 0
 
 
-def test_bootstrap_is_seeded_and_brackets_the_mean():
-    values = np.linspace(0, 1, 25) ** 2
-    first, again, other = bootstrap_mean(values, seed=3), bootstrap_mean(values, seed=3), bootstrap_mean(values, seed=4)
-    assert first == again and first != other
-    assert first[0] < values.mean() < first[1]
-    # Close to the normal approximation for a smooth statistic.
-    half = 1.96 * values.std(ddof=1) / math.sqrt(values.size)
-    assert first[0] == pytest.approx(values.mean() - half, abs=0.03)
-    assert first[1] == pytest.approx(values.mean() + half, abs=0.03)
+def test_graded_interval_is_never_degenerate():
+    """Three graded items all 0 used to give [0, 0]; equal values say little about the spread."""
+    for values in ([0.0] * 3, [0.0] * 29, [0.5] * 29, [1.0] * 10):
+        est = estimate(values, binary=False)
+        assert est.high - est.low > 0.05 and est.low <= est.mean <= est.high
+    assert math.isnan(estimate([0.3], binary=False).low)  # one item: no interval
+    # Wide spread, many items: close to the ordinary t-interval.
+    values = np.linspace(0, 1, 200)
+    low, high = bounded_t(values)
+    half = 1.972 * values.std(ddof=1) / math.sqrt(values.size)
+    assert low == pytest.approx(values.mean() - half, abs=0.004) and high == pytest.approx(values.mean() + half, abs=0.004)
 
 
-def test_paired_bootstrap_on_constructed_example():
+def test_the_issue_examples():
+    """Two items all one way are too few; 3 of 4 is not a result (exact sign test p = 0.25)."""
+    two = paired_delta([1, 1], [0, 0])
+    assert two.verdict == "too few items" and verdict(two) == "too few items"
+    assert two.n == 2 and two.needed_n >= 3
+    four = paired_delta([1, 1, 1, 0], [0, 0, 0, 0])
+    assert four.verdict == "not distinguished" and four.p_value == pytest.approx(0.25)
+    assert four.needed_n == 8  # the same proportions (6 of 8 discordant, all one way) give p = 0.031
+    assert paired_delta([1, 1, 1, 1, 1, 1, 0, 0], [0] * 8).verdict == "higher"
+    assert paired_delta([0] * 8, [1, 1, 1, 1, 1, 1, 0, 0]).verdict == "lower"
+    empty = paired_delta([], [])
+    assert empty.verdict == "too few items" and empty.n == 0
+
+
+def test_paired_graded_delta_on_constructed_example():
     """Item difficulty varies a lot, the gain is steady: pairing finds what separate intervals cannot."""
-    reference = np.linspace(0.0, 0.9, 20)
-    gains = np.array([0.05, 0.15] * 10)
+    reference = np.linspace(0.0, 0.8, 60)
+    gains = np.array([0.05, 0.15] * 30)
     candidate = reference + gains
     separate_a, separate_b = estimate(candidate, binary=False), estimate(reference, binary=False)
     assert separate_a.low < separate_b.high  # the unpaired intervals overlap
     delta = paired_delta(candidate, reference)
-    assert delta.mean == pytest.approx(0.1)
-    # Per-item differences have sd 0.0513, so the interval is about 0.1 +- 0.022.
-    assert 0.07 < delta.low < 0.085 and 0.115 < delta.high < 0.13
-    assert verdict(delta) == "higher"
+    assert delta.mean == pytest.approx(0.1) and delta.method == "bounded-t"
+    assert 0 < delta.low < 0.1 < delta.high < 0.2
+    assert verdict(delta) == "higher" and delta.needed_n is None
     assert verdict(paired_delta(reference, candidate)) == "lower"
 
 
@@ -62,8 +81,11 @@ def test_paired_delta_not_distinguished_when_interval_spans_zero():
     candidate = reference + np.array([0.5, -0.5] * 6)  # better on half the items, worse on the other half
     delta = paired_delta(candidate, reference)
     assert delta.mean == pytest.approx(0.0) and delta.low < 0 < delta.high
-    assert verdict(delta) == "not distinguished"
-    assert verdict(paired_delta([1.0], [0.0])) == "not distinguished"  # one item proves nothing
+    assert verdict(delta) == "not distinguished" and delta.needed_n is None
+    assert verdict(paired_delta([1.0], [0.0])) == "too few items"  # one item proves nothing
+    # Equal values on every item: still an interval of non-zero width around 0.
+    same = paired_delta([0.4] * 30, [0.4] * 30)
+    assert same.low < 0 < same.high and same.verdict == "not distinguished"
     with pytest.raises(ValueError, match="same items"):
         paired_delta([1, 0], [1])
 

@@ -1,8 +1,22 @@
-"""Intervals for a report: Wilson for binary scores, seeded percentile bootstraps otherwise.
+"""Intervals and verdicts for a report, each with coverage checked by simulation.
 
-Intervals are always computed over per-item values (an item's mean over its repeats),
-never by averaging the bounds of per-repeat intervals. A difference between two cells
-is a paired bootstrap over the same items, so item difficulty cancels out.
+Every interval here is computed over per-item values (an item's mean over its repeats), never
+by averaging per-repeat bounds, and every one was checked by ``tests/test_report_coverage.py``
+(binary and graded, paired and unpaired, n from 2 to 500, means near 0, 0.5 and 1; the table is
+in docs/reading-a-report.md, produced by ``scripts/coverage_table.py``):
+
+- binary cell: the Wilson score interval, with Brown, Cai & DasGupta's (2001) Poisson lower
+  (upper) bound for 1-3 successes (failures), which removes Wilson's coverage dip near 0 and 1;
+- graded cell: a t-interval over the values plus z^2 pseudo-items, half at each end of the
+  range ("bounded t"; on 0/1 data it is close to Agresti-Coull): never zero-width, so three
+  items all 0 no longer give [0, 0];
+- paired binary delta: Newcombe's (1998) hybrid score interval for paired proportions, and a
+  verdict only when it excludes 0 *and* the exact sign test on the discordant items gives
+  p < 0.05 (so [1, 1, 1, 0] against zeros, p = 0.25, is not a result);
+- paired graded delta: the bounded t over the per-item differences (range [-1, 1]).
+
+The pure functions are vectorised (numpy arrays in, arrays out) so the coverage simulation
+runs the report's own code on many samples at once.
 """
 
 from __future__ import annotations
@@ -15,8 +29,16 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
-RESAMPLES = 10_000
-SEED = 0
+ALPHA = 1 - CONFIDENCE
+Z = float(stats.norm.ppf(1 - ALPHA / 2))
+PSEUDO = Z * Z  # pseudo-items of the bounded t, half at each end of the range
+
+# Smallest number of paired items at which a verdict is given. Chosen by the coverage
+# simulation: below it the interval's coverage under no effect falls under 95% - tolerance
+# for some tested distribution (n = 2: Newcombe calls [1, 1] vs [0, 0] "higher").
+MIN_PAIRED_ITEMS = 3
+
+HIGHER, LOWER, TIE, TOO_FEW = "higher", "lower", "not distinguished", "too few items"
 
 
 @dataclass(frozen=True)
@@ -34,26 +56,133 @@ class Estimate:
         return cls(math.nan, math.nan, math.nan, 0, "none")
 
 
+@dataclass(frozen=True)
+class PairedDelta:
+    """Candidate minus reference over the same items: the one object gate, plan and compare use.
+
+    ``mean``, ``low``, ``high``: the mean per-item difference and its 95% interval (nan with no
+    items). ``n``: paired items. ``method``: ``newcombe+sign`` (every value 0 or 1) or
+    ``bounded-t``. ``verdict``: ``higher`` / ``lower`` (a result), ``not distinguished``, or
+    ``too few items`` (n < ``min_n``: no verdict whatever the values). ``needed_n``: for
+    ``too few items`` the minimum n (or more, see below); for ``not distinguished`` with a
+    non-zero observed difference, the smallest n at which the same observed proportions (binary)
+    or the same mean and spread (graded) would be a result, or None when the observed
+    difference is 0. It is a point estimate, not a power calculation (80% power needs more;
+    ``budgetbench plan``). ``p_value``: the exact sign test on discordant items (binary only).
+    """
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    method: str
+    verdict: str
+    needed_n: int | None
+    min_n: int
+    p_value: float | None = None
+
+
+# --- vectorised interval functions (also what the coverage simulation runs) ---------------
+
+def wilson_bounds(successes, n, confidence: float = CONFIDENCE):
+    """Plain Wilson score bounds for arrays of successes out of n (n > 0)."""
+    x, n = np.asarray(successes, dtype=float), np.asarray(n, dtype=float)
+    z = float(stats.norm.ppf(1 - (1 - confidence) / 2))
+    p = x / n
+    centre = (x + z * z / 2) / (n + z * z)
+    half = z * np.sqrt(n) / (n + z * z) * np.sqrt(p * (1 - p) + z * z / (4 * n))
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+def modified_wilson_bounds(successes, n, confidence: float = CONFIDENCE):
+    """Wilson with Brown-Cai-DasGupta's boundary fix: for 1..x* successes (x* = 2 up to 50 items,
+    3 up to 100) the lower bound is the one-sided Poisson bound chi2(alpha; 2x) / 2n, and
+    symmetrically for failures."""
+    x, n = np.asarray(successes, dtype=float), np.asarray(n, dtype=float)
+    low, high = wilson_bounds(x, n, confidence)
+    alpha = 1 - confidence
+    top = np.where(n <= 50, 2, np.where(n <= 100, 3, 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        poisson_low = stats.chi2.ppf(alpha, 2 * np.maximum(x, 1)) / (2 * n)
+        poisson_high = 1 - stats.chi2.ppf(alpha, 2 * np.maximum(n - x, 1)) / (2 * n)
+    low = np.where((x >= 1) & (x <= top), np.minimum(low, poisson_low), low)
+    high = np.where((n - x >= 1) & (n - x <= top), np.maximum(high, poisson_high), high)
+    return low, high
+
+
+def bounded_t_bounds(total, total_sq, n, lo: float = 0.0, hi: float = 1.0, confidence: float = CONFIDENCE):
+    """t-interval of a mean of values in [lo, hi] from their sum, sum of squares and count,
+    with PSEUDO pseudo-items added, half at lo and half at hi; nan for n < 2."""
+    s, q, n = (np.asarray(v, dtype=float) for v in (total, total_sq, n))
+    k = float(stats.norm.ppf(1 - (1 - confidence) / 2)) ** 2
+    weight = n + k
+    mean = (s + k / 2 * (lo + hi)) / weight
+    var = np.maximum((q + k / 2 * (lo * lo + hi * hi) - weight * mean * mean) / (weight - 1), 0.0)
+    with np.errstate(invalid="ignore"):
+        t = stats.t.ppf(1 - (1 - confidence) / 2, np.where(n >= 2, n - 1, np.nan))
+    half = t * np.sqrt(var / weight)
+    return np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
+
+
+def newcombe_paired_bounds(both, cand_only, ref_only, neither, confidence: float = CONFIDENCE):
+    """Newcombe's (1998, method 10) hybrid score interval for p(candidate) - p(reference) from the
+    paired 2x2 counts: items right in both, only in the candidate, only in the reference, neither."""
+    a, b, c, d = (np.asarray(v, dtype=float) for v in (both, cand_only, ref_only, neither))
+    n = a + b + c + d
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_bounds(a + b, n, confidence)
+    l2, u2 = wilson_bounds(a + c, n, confidence)
+    product = (a + b) * (c + d) * (a + c) * (b + d)
+    cross = a * d - b * c
+    corrected = np.where(cross > n / 2, cross - n / 2, np.where(cross < 0, cross, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.where(product > 0, corrected / np.sqrt(product), 0.0)
+    delta = p1 - p2
+    low = delta - np.sqrt(np.maximum((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    high = delta + np.sqrt(np.maximum((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
+    return np.clip(low, -1.0, 1.0), np.clip(high, -1.0, 1.0)
+
+
+def sign_test_p(cand_only, ref_only):
+    """Exact two-sided sign (McNemar) test on the discordant items; 1 when there are none."""
+    b, c = np.asarray(cand_only, dtype=float), np.asarray(ref_only, dtype=float)
+    m = b + c
+    return np.where(m > 0, np.minimum(1.0, 2 * stats.binom.cdf(np.minimum(b, c), np.maximum(m, 1), 0.5)), 1.0)
+
+
+def paired_binary_verdicts(both, cand_only, ref_only, neither, min_n: int = MIN_PAIRED_ITEMS):
+    """(low, high, verdict code) arrays: +1 higher, -1 lower, 0 not distinguished, -2 too few."""
+    low, high = newcombe_paired_bounds(both, cand_only, ref_only, neither)
+    n = np.asarray(both) + np.asarray(cand_only) + np.asarray(ref_only) + np.asarray(neither)
+    significant = sign_test_p(cand_only, ref_only) < ALPHA
+    code = np.where(significant & (low > 0), 1, np.where(significant & (high < 0), -1, 0))
+    return low, high, np.where(n < min_n, -2, code)
+
+
+def graded_verdicts(total, total_sq, n, min_n: int = MIN_PAIRED_ITEMS):
+    """(low, high, verdict code) arrays for per-item differences in [-1, 1], codes as above."""
+    low, high = bounded_t_bounds(total, total_sq, n, -1.0, 1.0)
+    code = np.where(low > 0, 1, np.where(high < 0, -1, 0))
+    return low, high, np.where(np.asarray(n) < min_n, -2, code)
+
+
+# --- the report's scalar API ------------------------------------------------------------
+
 def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval (not Wald) for ``successes`` out of ``n``."""
-    interval = stats.binomtest(int(successes), int(n)).proportion_ci(confidence, method="wilson")
-    return float(interval.low), float(interval.high)
+    """Wilson score interval (not Wald, defect 9) with the boundary fix, for successes of n."""
+    low, high = modified_wilson_bounds(int(successes), int(n), confidence)
+    return float(low), float(high)
 
 
-def bootstrap_mean(values: Sequence[float], seed: int = SEED, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Seeded percentile bootstrap interval of the mean; a single value gives (nan, nan)."""
+def bounded_t(values: Sequence[float], lo: float = 0.0, hi: float = 1.0) -> tuple[float, float]:
+    """Bounded-t interval of the mean of values in [lo, hi]; (nan, nan) below 2 values."""
     data = np.asarray(values, dtype=float)
-    if data.size < 2:
-        return math.nan, math.nan
-    if np.all(data == data[0]):
-        return float(data[0]), float(data[0])
-    result = stats.bootstrap((data,), np.mean, n_resamples=RESAMPLES, confidence_level=confidence,
-                             method="percentile", rng=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    low, high = bounded_t_bounds(data.sum(), (data * data).sum(), data.size, lo, hi)
+    return float(low), float(high)
 
 
-def estimate(values: Sequence[float], binary: bool, seed: int = SEED) -> Estimate:
-    """Mean of per-item values with Wilson (binary grader, every value 0 or 1) or bootstrap."""
+def estimate(values: Sequence[float], binary: bool) -> Estimate:
+    """Mean of per-item values with Wilson (binary grader, every value 0 or 1) or bounded t."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         return Estimate.empty()
@@ -61,35 +190,84 @@ def estimate(values: Sequence[float], binary: bool, seed: int = SEED) -> Estimat
     if binary and np.all((data == 0) | (data == 1)):
         low, high = wilson(int(data.sum()), int(data.size))
         return Estimate(mean, low, high, int(data.size), "wilson")
-    low, high = bootstrap_mean(data, seed)
-    return Estimate(mean, low, high, int(data.size), "bootstrap")
+    low, high = bounded_t(data)
+    return Estimate(mean, low, high, int(data.size), "bounded-t")
 
 
-def paired_delta(candidate: Sequence[float], reference: Sequence[float], seed: int = SEED) -> Estimate:
-    """Mean of candidate - reference over the same items, with a paired bootstrap interval.
+_CODES = {1: HIGHER, -1: LOWER, 0: TIE, -2: TOO_FEW}
 
-    Resampling items and taking the mean difference of each resample is the same as
-    bootstrapping the per-item differences, which is what is done here.
+
+def _smallest_n(distinguished, start: int, limit: int = 1_000_000) -> int | None:
+    """Smallest N >= start with distinguished(N), searched by doubling then bisection."""
+    high = max(start, 1)
+    while not distinguished(high):
+        high *= 2
+        if high > limit:
+            return None
+    low = max(start, high // 2)
+    while low < high:
+        middle = (low + high) // 2
+        if distinguished(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary: bool | None = None,
+                 min_n: int = MIN_PAIRED_ITEMS) -> PairedDelta:
+    """Candidate minus reference over the same items (same order), with interval and verdict.
+
+    ``binary`` None: the paired binary method when every value on both sides is 0 or 1 (an item
+    averaged over repeats, 0.5, is not a Bernoulli outcome), the bounded t otherwise. See
+    :class:`PairedDelta` for the fields; ``verdict`` is what the report, gate and compare print.
     """
     a, b = np.asarray(candidate, dtype=float), np.asarray(reference, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same items: {a.size} candidate vs {b.size} reference")
-    if a.size == 0:
-        return Estimate.empty()
+    n = int(a.size)
+    if n == 0:
+        return PairedDelta(math.nan, math.nan, math.nan, 0, "none", TOO_FEW, min_n, min_n)
+    zero_one = bool(np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)))
+    use_binary = zero_one if binary is None else (binary and zero_one)
     differences = a - b
-    low, high = bootstrap_mean(differences, seed)
-    return Estimate(float(differences.mean()), low, high, int(a.size), "paired bootstrap")
+    mean = float(differences.mean())
+    p_value = None
+    if use_binary:
+        counts = np.array([np.sum((a == 1) & (b == 1)), np.sum((a == 1) & (b == 0)),
+                           np.sum((a == 0) & (b == 1)), np.sum((a == 0) & (b == 0))], dtype=float)
+        method = "newcombe+sign"
+        low, high, code = (float(v) for v in paired_binary_verdicts(*counts, min_n=min_n))
+        p_value = float(sign_test_p(counts[1], counts[2]))
+
+        def distinguished(size: int) -> bool:
+            scaled = np.round(counts * size / n)
+            return bool(paired_binary_verdicts(*scaled, min_n=min_n)[2] in (1, -1))
+    else:
+        total, total_sq = float(differences.sum()), float((differences * differences).sum())
+        method = "bounded-t"
+        low, high, code = (float(v) for v in graded_verdicts(total, total_sq, n, min_n=min_n))
+
+        def distinguished(size: int) -> bool:
+            return bool(graded_verdicts(total * size / n, total_sq * size / n, size, min_n=min_n)[2] in (1, -1))
+    verdict = _CODES[int(code)]
+    if verdict in (HIGHER, LOWER):
+        needed = None
+    elif mean == 0:
+        needed = min_n if verdict == TOO_FEW else None
+    else:
+        needed = _smallest_n(distinguished, max(n, min_n))
+        if verdict == TOO_FEW:
+            needed = max(needed or min_n, min_n)
+    if n < 2:
+        low = high = math.nan
+    return PairedDelta(mean, low, high, n, method, verdict, needed, min_n, p_value)
 
 
-def verdict(delta: Estimate) -> str:
-    """A difference is a result only when its interval excludes zero."""
-    if delta.n < 2 or math.isnan(delta.low):
-        return "not distinguished"
-    if delta.low > 0:
-        return "higher"
-    if delta.high < 0:
-        return "lower"
-    return "not distinguished"
+def verdict(delta: PairedDelta) -> str:
+    """The delta's verdict: a difference is a result only where its interval (and, for binary
+    values, the exact sign test) excludes no difference, and only from ``min_n`` items."""
+    return delta.verdict
 
 
 def percentile(values: Sequence[float], q: float) -> float:

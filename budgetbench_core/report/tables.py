@@ -178,14 +178,16 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         shared = sorted(set(cand_values) & set(ref_values))
         missing_cand = sorted(seen - dropped - set(cand_values))
         missing_ref = sorted(seen - dropped - set(ref_values))
-        delta = stats.paired_delta([cand_values[i] for i in shared], [ref_values[i] for i in shared])
+        delta = stats.paired_delta([cand_values[i] for i in shared], [ref_values[i] for i in shared],
+                                   binary=data.binary)
         table.append({
             "task": cand[0], "strategy": cand[1], "budget": cand[2],
             "reference": f"{ref[1]}@{ref[2]}", "paired_items": delta.n,
             "candidate_quality": float(np.mean([cand_values[i] for i in shared])) if shared else math.nan,
             "reference_quality": float(np.mean([ref_values[i] for i in shared])) if shared else math.nan,
             "delta": delta.mean, "delta_low": delta.low, "delta_high": delta.high,
-            "result": stats.verdict(delta),
+            "interval": delta.method, "result": delta.verdict, "needed_items": delta.needed_n,
+            "sign_test_p": delta.p_value,
             "missing_in_candidate": len(missing_cand), "missing_in_reference": len(missing_ref),
             "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
             "dropped_ingest_loss": len(dropped & seen),
