@@ -1,8 +1,15 @@
-"""BudgetBench core: the public API that every plugin, built-in or third-party, uses."""
+"""BudgetBench core: the public API that every plugin, built-in or third-party, uses.
+
+Everything a plugin may import is in ``__all__`` (plus ``budgetbench_core.testing`` for
+its tests); other modules are private. ``wilson`` is loaded on first use, because scipy
+is slow to import and ``budgetbench --version`` should not pay for it.
+"""
+
+from typing import Any
 
 from .backends import Backend, Completion, GenerationParams, ResponseError, TransportError
-from .datasets import resolve_data_file
-from .graders import Grader, GradingContext, Verdict
+from .datasets import Dataset, resolve_data_file
+from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
 from .memory_systems import (
     BudgetFill,
@@ -14,6 +21,7 @@ from .memory_systems import (
     fill_budget,
 )
 from .messages import ROLES, Item, Message, Session
+from .selection import balanced
 from .runlog import final_rows, read_manifest
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .strategies import MemoryStrategy, Regime, StrategyContext
@@ -21,10 +29,18 @@ from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings
 
 __all__ = [
-    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "GenerationParams", "Grader",
+    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
-    "fill_budget", "final_rows", "hookimpl", "read_manifest", "resolve_data_file", "run",
-    "use_bundled_tiktoken_encodings",
+    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "read_manifest", "resolve_data_file", "run",
+    "use_bundled_tiktoken_encodings", "wilson",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "wilson":
+        from .report.stats import wilson
+
+        return wilson
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

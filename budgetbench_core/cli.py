@@ -91,7 +91,29 @@ def execute(config: RunConfig, write_report: bool = True) -> None:
 
 
 class BudgetBenchGroup(click.Group):
-    """Turns the errors users can fix into one clear line instead of a traceback."""
+    """Turns the errors users can fix into one clear line instead of a traceback.
+
+    Plugins' commands are added only when a command name is not the core's or the
+    commands are listed (``--help``), so ``--version`` and core commands import no plugin.
+    """
+
+    _plugin_commands_added = False
+
+    def _add_plugin_commands(self) -> None:
+        if not self._plugin_commands_added:
+            self._plugin_commands_added = True
+            get_registry().add_commands(self)
+
+    def list_commands(self, ctx):
+        self._add_plugin_commands()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            self._add_plugin_commands()
+            command = super().get_command(ctx, cmd_name)
+        return command
 
     def invoke(self, ctx):
         try:
@@ -236,7 +258,6 @@ def list_plugins(as_json):
 
 def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    get_registry().add_commands(cli)
     cli(prog_name="budgetbench")
 
 

@@ -1,28 +1,66 @@
-"""Where official dataset files live when a task is not given an explicit path.
+"""Official dataset files: where they live when a task is not given an explicit path.
 
 ``BUDGETBENCH_DATA_DIR`` (default ``~/.cache/budgetbench/data``) holds one folder per
-dataset; ``budgetbench data fetch`` fills it when online, and tells users which file to
-place where when offline.
+dataset; ``budgetbench data fetch NAME`` fills it when online, and tells users which file
+to place where when offline. Task plugins declare their datasets with the
+``register_datasets`` hook, so the core names none of them.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .tasks import TaskDataError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset's official files on the Hugging Face hub and where its task reads them.
+
+    ``files`` maps a file in the hub repository to its local name under
+    ``data_dir()/folder``; ``name`` is what ``budgetbench data fetch`` takes.
+    """
+
+    name: str
+    repo: str
+    folder: str
+    files: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        problems = [f"{attr} must be a non-empty string" for attr in ("name", "repo", "folder")
+                    if not isinstance(getattr(self, attr), str) or not getattr(self, attr)]
+        if not self.files or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                     for k, v in self.files.items()):
+            problems.append("files must map hub file names to local file names")
+        elif any(Path(v).name != v for v in self.files.values()):
+            problems.append("local file names must not contain folders")
+        if problems:
+            raise ValueError(f"Dataset {self.name!r}: {'; '.join(problems)}")
 
 
 def data_dir() -> Path:
     return Path(os.environ.get("BUDGETBENCH_DATA_DIR", Path.home() / ".cache" / "budgetbench" / "data"))
 
 
-def resolve_data_file(dataset: str, filename: str, path: str | os.PathLike | None) -> Path:
+def resolve_data_file(dataset: str, filename: str, path: str | os.PathLike[str] | None) -> Path:
     """``path`` when given, else ``data_dir()/dataset/filename``; a clear error when missing."""
     candidate = Path(path) if path else data_dir() / dataset / filename
     if not candidate.is_file():
         raise TaskDataError(
-            f"{dataset}: data file not found: {candidate}. Pass --task-option path=<file>, or run "
-            f"`budgetbench data fetch {dataset}` (or place {filename} in {data_dir() / dataset})."
+            f"{dataset}: data file not found: {candidate}. Pass --task-option path=<file>, or {_fetch_hint(dataset)} "
+            f"(or place {filename} in {data_dir() / dataset})."
         )
     return candidate
+
+
+def _fetch_hint(folder: str) -> str:
+    """``budgetbench data fetch NAME`` for the registered dataset stored in ``folder``."""
+    from .plugins import get_registry
+
+    names = [d.name for d in get_registry().datasets().values() if d.folder == folder]
+    if names:
+        return f"run `budgetbench data fetch {names[0]}`"
+    return "see `budgetbench data fetch --help` for the datasets it can fetch"

@@ -34,7 +34,6 @@ class Grader(ABC):
     name: ClassVar[str]
     version: ClassVar[str] = "1"
     binary: ClassVar[bool] = True
-    uses_model: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
     def __init__(self, **params: Any) -> None:
@@ -43,3 +42,13 @@ class Grader(ABC):
     @abstractmethod
     def grade(self, item: Item, prediction: str, context: GradingContext) -> Verdict:
         """Score one prediction. Never count an empty prediction correct."""
+
+
+def contains_answer(prediction: str, answer: str, max_extra_words: int) -> tuple[bool, bool]:
+    """``(correct, too_long)`` for normalised texts: the answer appears as whole words in a
+    prediction at most ``max_extra_words`` longer than it. An empty prediction or answer is
+    never correct, and a long prediction proves nothing by containing the answer (the
+    reference harness's defect 1)."""
+    too_long = len(prediction.split()) > len(answer.split()) + max_extra_words
+    found = bool(prediction) and bool(answer) and f" {answer} " in f" {prediction} "
+    return found and not too_long, too_long

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -15,12 +14,12 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
-from .datasets import data_dir
+from .datasets import Dataset, data_dir
 from .plugins import UnknownNameError, get_registry
 
 console = Console(stderr=True)
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "plugins" / "template" / "files"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "plugin_template"
 KINDS = {"strategy": "strategy", "memory-system": "memory"}
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
@@ -35,12 +34,11 @@ def render_template(kind: str, name: str, destination: Path) -> Path:
         raise click.BadParameter(
             f"{name!r}: use lower-case letters and digits, words joined by '-' or '_' (e.g. my-strategy)",
             param_hint="NAME")
-    if not TEMPLATE_DIR.is_dir():
-        raise FileNotFoundError(f"plugin template not found at {TEMPLATE_DIR} (it ships with a source checkout)")
     words = re.split(r"[-_]", name)
     module = f"budgetbench_{KINDS[kind]}_{'_'.join(words)}"
     values = {"kind": kind, "name": name, "module": module, "class_name": "".join(w.capitalize() for w in words),
-              "distribution": f"budgetbench-{KINDS[kind]}-{'-'.join(words)}"}
+              "distribution": f"budgetbench-{KINDS[kind]}-{'-'.join(words)}",
+              "entry_point": f"{KINDS[kind]}-{'-'.join(words)}"}
     target = destination / values["distribution"]
     if target.exists():
         raise FileExistsError(f"{target} already exists; choose another NAME or --dir")
@@ -130,24 +128,6 @@ def check_plugin(name, model, api_base, tokenizer, budgets, as_json):
 
 # ----------------------------------------------------------------- data fetch
 
-@dataclass(frozen=True)
-class DatasetSource:
-    """Where a dataset's official files live on the Hugging Face hub, and the folder and file
-    names (under the data folder) that its task plugin reads by default."""
-
-    repo: str
-    folder: str
-    files: dict[str, str]  # file in the hub repository -> local file name
-
-
-DATASETS = {
-    "longmemeval": DatasetSource("xiaowu0162/longmemeval", "longmemeval",
-                                 {"longmemeval_oracle.json": "longmemeval_oracle.json",
-                                  "longmemeval_s.json": "longmemeval_s.json"}),
-    "longbench-v2": DatasetSource("THUDM/LongBench-v2", "longbench_v2", {"data.json": "data.json"}),
-    "swebench-verified": DatasetSource("princeton-nlp/SWE-bench_Verified", "swebench",
-                                       {"data/test-00000-of-00001.parquet": "swebench_verified.parquet"}),
-}
 CHECKSUMS = "SHA256SUMS"
 
 
@@ -163,7 +143,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _download(source: DatasetSource, filename: str, target: Path) -> str:
+def _download(source: Dataset, filename: str, target: Path) -> str:
     """Download one file at the repository's current commit; returns that commit."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
@@ -176,7 +156,7 @@ def _download(source: DatasetSource, filename: str, target: Path) -> str:
     return commit
 
 
-def _placement_help(dataset: str, source: DatasetSource, missing: list[str], folder: Path) -> str:
+def _placement_help(dataset: str, source: Dataset, missing: list[str], folder: Path) -> str:
     lines = [f"Place the official {dataset} files yourself:"]
     for remote in missing:
         url = f"https://huggingface.co/datasets/{source.repo}/resolve/main/{remote}"
@@ -194,18 +174,29 @@ def data() -> None:
     """Official benchmark files: where they go and how to get them."""
 
 
+def dataset_named(name: str | None) -> Dataset:
+    """The dataset a plugin registered under ``name``; the error lists every one."""
+    datasets = get_registry().datasets()
+    if name in datasets:
+        return datasets[name]
+    listing = "\n".join(f"  {d.name:<20} {d.repo}  {d.description}" for d in datasets.values()) or "  none"
+    problem = f"unknown dataset {name!r}" if name else "name a dataset"
+    raise click.UsageError(f"{problem}; the installed task plugins register:\n{listing}")
+
+
 @data.command("fetch")
-@click.argument("dataset", type=click.Choice(list(DATASETS)))
+@click.argument("dataset", required=False)
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).")
 @click.option("--file", "files", multiple=True, help="Fetch only this file of the dataset (repeatable).")
 def fetch(dataset, directory, files):
     """Download a dataset's official files from the Hugging Face hub, recording SHA-256 checksums.
 
-    Offline (HF_HUB_OFFLINE=1 or no connection) it says which file to place where, and exits 1
+    DATASET is one a task plugin registers (run without it to list them). Offline
+    (HF_HUB_OFFLINE=1 or no connection) it says which file to place where, and exits 1
     if any is missing.
     """
-    source = DATASETS[dataset]
+    source = dataset_named(dataset)
     folder = (directory or data_dir()) / source.folder
     unknown = sorted(set(files) - set(source.files))
     if unknown:

@@ -1,17 +1,29 @@
-"""Plugin discovery and the registry of everything plugins register.
+"""Plugin discovery, guarded lazy loading, and the registry of everything plugins register.
 
-Entry points in the group ``budgetbench`` are loaded one by one; a plugin that fails to
-import, or whose hook raises, is recorded with its error and the others still load.
-``BUDGETBENCH_LOAD_PLUGINS=a,b`` restricts loading to those entry-point names. Each
-hook implementation is called separately so every registered name is attributed to
-the distribution that registered it, and a duplicate name names both.
+Entry points in the group ``budgetbench`` are read from package metadata when the
+registry is created; nothing is imported until a name is looked up, a resolution hook
+is asked, or the plugins are listed (inspect_ai style). Loading then imports every
+allowed entry point once, each guarded: a plugin that fails to import, raises (even
+``SystemExit``) or prints while loading is recorded with its error or output and the
+others still load. ``BUDGETBENCH_LOAD_PLUGINS=a,b`` restricts loading to those
+entry-point names.
+
+Each registration hook is called per plugin so every name is attributed to the
+distribution that registered it. A name registered twice is an error naming both
+distributions; the name is then unusable, and every other registration (of the same
+hook, by the same plugin) still counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
+import sys
+import tempfile
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -20,26 +32,30 @@ import pluggy
 
 from . import hookspecs
 from .backends import Backend
+from .datasets import Dataset
 from .graders import Grader
 from .memory_systems import MemorySystem
 from .strategies import MemoryStrategy
 from .tasks import Task
+from .tokenizers import Tokenizer
 
 GROUP = "budgetbench"
-KINDS = ("strategy", "task", "grader", "backend", "tokenizer")
+KINDS = ("strategy", "task", "grader", "backend", "tokenizer", "dataset")
 _HOOK_OF_KIND = {
     "strategy": "register_strategies",
     "task": "register_tasks",
     "grader": "register_graders",
     "backend": "register_backends",
     "tokenizer": "register_tokenizers",
+    "dataset": "register_datasets",
 }
-_BASE_OF_KIND = {
+_BASE_OF_KIND: dict[str, tuple[type, ...]] = {
     "strategy": (MemoryStrategy, MemorySystem),
     "task": (Task,),
     "grader": (Grader,),
     "backend": (Backend,),
 }
+HOOKS = (*_HOOK_OF_KIND.values(), "register_commands", "resolve_backend", "resolve_tokenizer")
 
 
 class PluginError(Exception):
@@ -52,18 +68,24 @@ class UnknownNameError(PluginError):
 
 @dataclass
 class PluginInfo:
-    """One loaded (or failed) entry point and the distribution that provides it."""
+    """One entry point (loaded, failed or not yet imported) and its distribution."""
 
     name: str
     distribution: str
     version: str
     hooks: list[str] = field(default_factory=list)
     error: str | None = None
+    value: str = ""  # the entry point's target, e.g. "budgetbench_core.builtin.strategies"
+    output: str = ""  # what the plugin printed while it was loaded (kept out of stdout)
+    loaded: bool = False  # imported and registered with the plugin manager
+
+    def add_error(self, message: str) -> None:
+        self.error = message if not self.error else f"{self.error}; {message}"
 
 
 @dataclass
 class Registered:
-    """A registered class or factory and where it came from."""
+    """A registered class, factory or dataset and where it came from."""
 
     name: str
     kind: str
@@ -84,15 +106,123 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-class Registry:
-    """Everything registered by the loaded plugins, looked up by kind and name."""
+@contextlib.contextmanager
+def _captured_output(text: io.StringIO) -> Iterator[None]:
+    """Collect what plugin code prints into ``text``, at the file-descriptor level too
+    (``os.write(1, ...)``, C extensions), so a plugin cannot corrupt machine-readable
+    output such as ``list-plugins --json``."""
+    try:
+        sys.stdout.flush()
+        saved_fd = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (embedded interpreter): Python level only
+        with contextlib.redirect_stdout(text):
+            yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            with contextlib.redirect_stdout(text):
+                yield
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+            sink.seek(0)
+            text.write(sink.read().decode("utf-8", "replace"))
 
-    def __init__(self) -> None:
-        self.plugins: list[PluginInfo] = []
-        self.entries: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
-        self.conflicts: dict[tuple[str, str], str] = {}
+
+@contextlib.contextmanager
+def _contained(info: PluginInfo, failure: str) -> Iterator[None]:
+    """Any failure of plugin code, ``SystemExit`` included, becomes the plugin's error
+    (``failure`` starts the message); what it printed goes to stderr, never stdout.
+
+    A ``KeyboardInterrupt`` still propagates: that is the user stopping the program.
+    """
+    printed = io.StringIO()
+    try:
+        with _captured_output(printed):
+            yield
+    except KeyboardInterrupt:
+        raise
+    except PluginError as exc:
+        info.add_error(str(exc))
+    except BaseException as exc:
+        info.add_error(f"{failure} {_short_error(exc)}")
+    finally:
+        if printed.getvalue():
+            info.output += printed.getvalue()
+            print(f"budgetbench: plugin {info.name!r} ({info.distribution}) printed while loading "
+                  f"(kept off stdout): {printed.getvalue()[:500]!r}", file=sys.stderr)
+
+
+class _CoreResolvers:
+    """The core's own last-resort resolution: tokenizer specs by registered prefix."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    @hookspecs.hookimpl(trylast=True)
+    def resolve_tokenizer(self, spec: str, backend: Any) -> Any:
+        prefix, _, argument = spec.partition(":")
+        return self.registry.get("tokenizer", prefix).obj(argument, backend)
+
+
+class Registry:
+    """Everything registered by the plugins, looked up by kind and name.
+
+    ``Registry()`` is empty (tests add plugins with ``add_plugin``);
+    ``Registry.discover()`` knows the installed entry points and imports them on first use.
+    """
+
+    def __init__(self, entry_points: list[metadata.EntryPoint] | None = None) -> None:
         self.manager = pluggy.PluginManager(GROUP)
         self.manager.add_hookspecs(hookspecs)
+        self.manager.register(_CoreResolvers(self), name="budgetbench-core-resolvers")
+        self._plugins: list[PluginInfo] = []
+        self._entries: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
+        self.conflicts: dict[tuple[str, str], str] = {}
+        self._pending: list[tuple[metadata.EntryPoint, PluginInfo]] = []
+        for entry_point in entry_points or []:
+            distribution, version = _distribution_of(entry_point)
+            info = PluginInfo(entry_point.name, distribution, version, value=entry_point.value)
+            self._pending.append((entry_point, info))
+
+    @classmethod
+    def discover(cls) -> Registry:
+        """A registry of the allowed installed entry points, none of them imported yet."""
+        allowed = allowed_plugins()
+        found = sorted(metadata.entry_points(group=GROUP), key=lambda ep: ep.name)
+        return cls([ep for ep in found if allowed is None or ep.name in allowed])
+
+    # ------------------------------------------------------------- loading
+
+    def declared(self) -> list[PluginInfo]:
+        """Every plugin known so far, from metadata alone: nothing is imported."""
+        return [*self._plugins, *(info for _, info in self._pending)]
+
+    def load(self) -> Registry:
+        """Import every pending entry point (once), each guarded."""
+        while self._pending:
+            entry_point, info = self._pending.pop(0)
+            module = None
+            with _contained(info, f"failed to import {entry_point.value}:"):
+                module = entry_point.load()
+            if info.error:
+                self._plugins.append(info)
+                continue
+            self.add_plugin(module, info)
+        return self
+
+    @property
+    def plugins(self) -> list[PluginInfo]:
+        self.load()
+        return self._plugins
+
+    @property
+    def entries(self) -> dict[str, dict[str, Registered]]:
+        self.load()
+        return self._entries
 
     @property
     def failures(self) -> list[PluginInfo]:
@@ -100,63 +230,74 @@ class Registry:
 
     def add_plugin(self, module: Any, info: PluginInfo) -> None:
         """Register one plugin module (or object) and collect what its hooks register."""
+        self._plugins.append(info)
         try:
             self.manager.register(module, name=info.name)
-        except Exception as exc:  # pluggy validation errors, duplicate registration
-            info.error = _short_error(exc)
-            self.plugins.append(info)
+        except Exception as exc:  # pluggy validation errors (unknown hook, bad arguments), duplicate name
+            info.add_error(_short_error(exc))
             return
-        info.hooks = sorted(
-            hook_name for hook_name in _HOOK_OF_KIND.values() if hasattr(module, hook_name)
-        ) + (["register_commands"] if hasattr(module, "register_commands") else [])
-        self.plugins.append(info)
+        info.loaded = True
+        info.hooks = sorted(name for name in HOOKS if callable(getattr(module, name, None)))
         for kind, hook_name in _HOOK_OF_KIND.items():
             implementation = getattr(module, hook_name, None)
             if implementation is None:
                 continue
-            try:
+            with _contained(info, f"{hook_name} raised"):
                 implementation(register=self._registrar(kind, info))
-            except PluginError as exc:
-                info.error = str(exc)
-            except Exception as exc:
-                info.error = f"{hook_name} raised {_short_error(exc)}"
 
-    def _registrar(self, kind: str, info: PluginInfo):
+    def _registrar(self, kind: str, info: PluginInfo) -> Callable[..., None]:
+        """The ``register`` callback: a bad or duplicate registration is recorded on the
+        plugin and skipped, so the plugin's other registrations still count."""
+
         def register(obj: Any, factory: Any = None) -> None:
-            if kind == "tokenizer":
-                name, target = obj, factory
-                if not isinstance(name, str) or not callable(target):
-                    raise PluginError(f"plugin {info.name!r} ({info.distribution}): register_tokenizers expects register('prefix', factory)")
-            else:
-                target = obj
-                bases = _BASE_OF_KIND[kind]
-                if not (inspect.isclass(target) and issubclass(target, bases)):
-                    raise PluginError(
-                        f"plugin {info.name!r} ({info.distribution}) registered {target!r} as a {kind}, "
-                        f"but it is not a subclass of {' or '.join(b.__name__ for b in bases)}"
-                    )
-                name = getattr(target, "name", None)
-                if not isinstance(name, str) or not name:
-                    raise PluginError(f"plugin {info.name!r} ({info.distribution}): {target.__name__} has no 'name'")
-            existing = self.entries[kind].get(name)
-            if existing is not None:
-                message = (
-                    f"{kind} name {name!r} is registered twice: by {existing.plugin.distribution} "
-                    f"(plugin {existing.plugin.name!r}) and by {info.distribution} (plugin {info.name!r})"
-                )
+            try:
+                name, target = self._validate(kind, info, obj, factory)
+            except PluginError as exc:
+                info.add_error(str(exc))
+                return
+            existing = self._entries[kind].get(name)
+            if existing is not None or (kind, name) in self.conflicts:
+                first = existing.plugin if existing else None
+                message = self.conflicts.get((kind, name)) or (
+                    f"{kind} name {name!r} is registered twice: by {first.distribution if first else '?'} "
+                    f"(plugin {first.name if first else '?'!r}) and by {info.distribution} (plugin {info.name!r})")
                 self.conflicts[(kind, name)] = message
-                raise PluginError(message)
-            self.entries[kind][name] = Registered(name, kind, target, info)
+                info.add_error(message)
+                return
+            self._entries[kind][name] = Registered(name, kind, target, info)
 
         return register
 
+    @staticmethod
+    def _validate(kind: str, info: PluginInfo, obj: Any, factory: Any) -> tuple[str, Any]:
+        who = f"plugin {info.name!r} ({info.distribution})"
+        if kind == "tokenizer":
+            if not isinstance(obj, str) or not obj or not callable(factory):
+                raise PluginError(f"{who}: register_tokenizers expects register('prefix', factory), got {obj!r}")
+            return obj, factory
+        if kind == "dataset":
+            if not isinstance(obj, Dataset):
+                raise PluginError(f"{who}: register_datasets expects a budgetbench_core.Dataset, got {obj!r}")
+            return obj.name, obj
+        bases = _BASE_OF_KIND[kind]
+        if not (inspect.isclass(obj) and issubclass(obj, bases)):
+            raise PluginError(f"{who} registered {obj!r} as a {kind}, but it is not a subclass of "
+                              f"{' or '.join(b.__name__ for b in bases)}")
+        name = getattr(obj, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{who}: {obj.__name__} has no 'name'")
+        return name, obj
+
+    # ------------------------------------------------------------- lookups
+
     def get(self, kind: str, name: str) -> Registered:
+        entries = self.entries[kind]
         if (kind, name) in self.conflicts:
             raise PluginError(self.conflicts[(kind, name)])
         try:
-            return self.entries[kind][name]
+            return entries[name]
         except KeyError:
-            available = ", ".join(sorted(self.entries[kind])) or "none"
+            available = ", ".join(sorted(entries)) or "none"
             hint = ""
             if self.failures:
                 hint = "; plugins that failed to load: " + ", ".join(f"{p.name} ({p.error})" for p in self.failures)
@@ -165,20 +306,66 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])
 
+    def datasets(self) -> dict[str, Dataset]:
+        return {name: entry.obj for name, entry in sorted(self.entries["dataset"].items())}
+
     def distributions(self) -> dict[str, str]:
         """Distribution name -> version of every loaded plugin (for the manifest)."""
-        return {p.distribution: p.version for p in self.plugins if not p.error}
+        return {p.distribution: p.version for p in self.plugins if p.loaded}
+
+    def _first_result(self, hook_name: str, **kwargs: Any) -> tuple[Any, str | None]:
+        """Call a firstresult hook in pluggy's order, naming the plugin whose code failed."""
+        self.load()
+        hook = getattr(self.manager.hook, hook_name)
+        for impl in reversed(hook.get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            try:
+                result = impl.function(*(kwargs[name] for name in impl.argnames))
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"{hook_name} of plugin {impl.plugin_name!r} ({self._distribution(impl.plugin_name)}) "
+                                  f"raised {_short_error(exc)}") from exc
+            if result is not None:
+                return result, impl.plugin_name
+        return None, None
+
+    def _distribution(self, plugin_name: str) -> str:
+        return next((p.distribution for p in self._plugins if p.name == plugin_name), "budgetbench")
+
+    def resolve_backend(self, model: str) -> Registered:
+        """The registered backend that serves ``model`` (the ``resolve_backend`` hook)."""
+        name, plugin = self._first_result("resolve_backend", model=model)
+        if name is None:
+            raise UnknownNameError(f"no backend accepts --model {model!r}; backends: "
+                                   f"{', '.join(self.names('backend')) or 'none'}")
+        if not isinstance(name, str):
+            raise PluginError(f"resolve_backend of plugin {plugin!r} ({self._distribution(plugin or '')}) returned "
+                              f"{name!r}; it must return the name of a registered backend")
+        return self.get("backend", name)
+
+    def resolve_tokenizer(self, spec: str, backend: Any) -> Tokenizer:
+        """A Tokenizer for ``spec`` (the ``resolve_tokenizer`` hook, then registered prefixes)."""
+        tokenizer, plugin = self._first_result("resolve_tokenizer", spec=spec, backend=backend)
+        if not isinstance(tokenizer, Tokenizer):
+            raise PluginError(f"tokenizer spec {spec!r}: plugin {plugin!r} gave {tokenizer!r}, not a Tokenizer")
+        return tokenizer
 
     def add_commands(self, cli: Any) -> None:
+        """Let every plugin add its commands; one may not replace a command already there."""
         for plugin in self.plugins:
             module = self.manager.get_plugin(plugin.name)
             implementation = getattr(module, "register_commands", None)
             if implementation is None:
                 continue
-            try:
+            before = dict(cli.commands)
+            with _contained(plugin, "register_commands raised"):
                 implementation(cli=cli)
-            except Exception as exc:
-                plugin.error = f"register_commands raised {_short_error(exc)}"
+            for name, command in before.items():
+                if cli.commands.get(name) is not command:
+                    cli.commands[name] = command
+                    plugin.add_error(f"register_commands tried to replace the command {name!r}; kept the original")
 
 
 def allowed_plugins() -> set[str] | None:
@@ -189,30 +376,16 @@ def allowed_plugins() -> set[str] | None:
 
 
 def load_registry() -> Registry:
-    """Load every allowed entry point of the ``budgetbench`` group into a new registry."""
-    registry = Registry()
-    allowed = allowed_plugins()
-    for entry_point in sorted(metadata.entry_points(group=GROUP), key=lambda ep: ep.name):
-        if allowed is not None and entry_point.name not in allowed:
-            continue
-        distribution, version = _distribution_of(entry_point)
-        info = PluginInfo(entry_point.name, distribution, version)
-        try:
-            module = entry_point.load()
-        except Exception as exc:
-            info.error = f"failed to import {entry_point.value}: {_short_error(exc)}"
-            registry.plugins.append(info)
-            continue
-        registry.add_plugin(module, info)
-    return registry
+    """A new registry with every allowed entry point imported."""
+    return Registry.discover().load()
 
 
 _registry: Registry | None = None
 
 
 def get_registry() -> Registry:
-    """The process-wide registry, loaded on first use."""
+    """The process-wide registry; entry points are imported on first use, not here."""
     global _registry
     if _registry is None:
-        _registry = load_registry()
+        _registry = Registry.discover()
     return _registry

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from budgetbench_core.cli import cli
-from budgetbench_core.plugin_commands import DATASETS
 from budgetbench_core.plugins import get_registry
+
+DATASETS = get_registry().datasets()  # registered by the task plugins (register_datasets), not named by the core
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

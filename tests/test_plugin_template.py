@@ -31,7 +31,8 @@ def test_rendered_files_are_a_complete_distribution(tmp_path, kind):
     assert target.name == f"budgetbench-{prefix}-my-plugin"
     project = tomllib.loads((target / "pyproject.toml").read_text())
     module = f"budgetbench_{prefix}_my_plugin"
-    assert project["project"]["entry-points"]["budgetbench"] == {"my-plugin": module}
+    assert project["project"]["entry-points"]["budgetbench"] == {f"{prefix}-my-plugin": module}
+    assert project["project"]["dependencies"] == ["budgetbench>=0.1,<0.2"]
     for source in target.rglob("*.py"):
         py_compile.compile(str(source), doraise=True)
     text = (target / module / "__init__.py").read_text()

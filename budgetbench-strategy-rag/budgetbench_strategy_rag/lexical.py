@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import bm25s
 import numpy as np
 
 
 def bm25_scores(texts: list[str], query: str) -> np.ndarray:
     """One BM25 score per text; all zeros when the query shares no term with any text."""
+    import bm25s  # imports scipy: loaded when a strategy ranks, not when the plugin is listed
+
     query_terms = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)[0]
     if not texts or not query_terms:
         return np.zeros(len(texts))

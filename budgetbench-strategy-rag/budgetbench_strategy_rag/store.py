@@ -13,9 +13,12 @@ from __future__ import annotations
 import threading
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from qdrant_client import QdrantClient, models
+
+if TYPE_CHECKING:  # qdrant-client takes ~0.4 s to import: only a store that is created needs it
+    from qdrant_client import QdrantClient
 
 MEMORY = ":memory:"
 
@@ -38,6 +41,8 @@ class VectorStore:
     """Collections of unit vectors, one per item, in one qdrant client."""
 
     def __init__(self, spec: str) -> None:
+        from qdrant_client import QdrantClient
+
         self.kind, self.where = parse_store(spec)
         self.persistent = self.kind != "memory"
         if self.kind == "memory":
@@ -65,6 +70,8 @@ class VectorStore:
 
     def put(self, name: str, vectors: np.ndarray) -> None:
         """(Re)create ``name`` with one point per row of ``vectors``; point id = unit index."""
+        from qdrant_client import models
+
         with self.lock:
             if self.client.collection_exists(name):
                 self.client.delete_collection(name)

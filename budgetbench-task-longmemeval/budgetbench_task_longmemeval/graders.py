@@ -19,7 +19,7 @@ import re
 import string
 import unicodedata
 
-from budgetbench_core import Grader, Message, Verdict, hookimpl
+from budgetbench_core import Grader, Message, Verdict, contains_answer, hookimpl
 
 from .judge_prompts import JUDGE_MAX_TOKENS, PROMPT_VERSION, judge_prompt, prompt_kind, read_verdict
 
@@ -36,7 +36,6 @@ class LongMemEvalJudge(Grader):
     name = "longmemeval-judge"
     version = PROMPT_VERSION
     binary = True
-    uses_model = True
     description = "Official LongMemEval LLM judge: per-type prompt, temperature 0, label = 'yes' in reply."
 
     def grade(self, item, prediction, context):
@@ -94,9 +93,8 @@ class LongMemEvalMatch(Grader):
         if question_type == "single-session-preference":
             return Verdict(0.0, {**detail, "applicable": False, "reason": "graded against a rubric; use the judge"})
         want = normalize(item.answer)
-        too_long = len(got.split()) > len(want.split()) + self.max_extra_words
-        found = bool(want) and f" {want} " in f" {got} "
-        return Verdict(float(found and not too_long), {**detail, "normalized_answer": want, "too_long": too_long})
+        correct, too_long = contains_answer(got, want, self.max_extra_words)
+        return Verdict(float(correct), {**detail, "normalized_answer": want, "too_long": too_long})
 
 
 @hookimpl

@@ -4,15 +4,13 @@ Per question type; task-averaged (the mean of the per-type accuracies); overall 
 all questions); abstention (over the ``_abs`` questions, which also count in their type).
 Upstream averages over all six types even when one is empty (giving nan); here the
 task average is over the types present and says which. Every interval is a real Wilson
-score interval (scipy), never a Wald one.
+score interval (the core's ``wilson``), never a Wald one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-
-from scipy.stats import binomtest
 
 from .loader import QUESTION_TYPES, is_abstention
 
@@ -31,8 +29,10 @@ class Accuracy:
 def wilson(correct: int, n: int) -> Accuracy:
     if n == 0:
         return Accuracy(0, 0, None, None, None)
-    interval = binomtest(correct, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
-    return Accuracy(correct, n, correct / n, float(interval.low), float(interval.high))
+    from budgetbench_core import wilson as interval  # scipy loads when a summary is made, not with the plugin
+
+    low, high = interval(correct, n, CONFIDENCE)
+    return Accuracy(correct, n, correct / n, low, high)
 
 
 def summarize(graded: Iterable[tuple[str, str, float]]) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from budgetbench_core import Task, hookimpl, resolve_data_file
+from budgetbench_core import Dataset, Task, hookimpl, resolve_data_file
 
 from .formatting import to_item
 from .loader import SPLITS, load_records
@@ -51,3 +51,10 @@ class LongMemEval(Task):
 @hookimpl
 def register_tasks(register):
     register(LongMemEval)
+
+
+@hookimpl
+def register_datasets(register):
+    register(Dataset("longmemeval", "xiaowu0162/longmemeval", "longmemeval",
+                     {"longmemeval_oracle.json": "longmemeval_oracle.json", "longmemeval_s.json": "longmemeval_s.json"},
+                     "LongMemEval oracle and S splits (the task's default files)"))

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import click
 
-from budgetbench_core import hookimpl
+from budgetbench_core import Dataset, hookimpl
 
 from .export import export_predictions
 from .grader import PatchSimilarity
-from .task import SWEBenchVerified
+from .task import DATASET, SWEBenchVerified
 
 
 @hookimpl
@@ -19,6 +19,13 @@ def register_tasks(register):
 @hookimpl
 def register_graders(register):
     register(PatchSimilarity)
+
+
+@hookimpl
+def register_datasets(register):
+    register(Dataset("swebench-verified", "princeton-nlp/SWE-bench_Verified", DATASET,
+                     {"data/test-00000-of-00001.parquet": "swebench_verified.parquet"},
+                     "SWE-bench Verified test split (500 instances)"))
 
 
 @hookimpl

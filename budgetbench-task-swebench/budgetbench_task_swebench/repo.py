@@ -13,8 +13,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import bm25s
-
 from budgetbench_core import TaskDataError
 
 _WORDS = re.compile(r"[\w./-]+")
@@ -129,6 +127,8 @@ def select_files(clone: Path, commit: str, issue: str, max_files: int, max_file_
     room = max_files - len(chosen)
     if room > 0 and rest:
         corpus = [f"{path}\n{texts[path]}" for path in rest]
+        import bm25s  # imports scipy: loaded when files are selected, not when the plugin is listed
+
         retriever = bm25s.BM25()
         retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
         query = bm25s.tokenize([issue], stopwords="en", show_progress=False)

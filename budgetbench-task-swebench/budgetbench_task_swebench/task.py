@@ -9,12 +9,11 @@ the manifest says so. The task never trims anything to the budget: strategies do
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from budgetbench_core import Item, Message, Task, TaskDataError, resolve_data_file
+from budgetbench_core import Item, Message, Task, TaskDataError, balanced, resolve_data_file
 
 from .data import Instance, load_instances
 from .patches import extract_patch
@@ -102,7 +101,7 @@ class SWEBenchVerified(Task):
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
         path = resolve_data_file(DATASET, DEFAULT_FILE, self.path)
         instances = load_instances(path)
-        selected = instances if limit is None else balanced(instances, limit, seed)
+        selected = instances if limit is None else balanced(instances, limit, seed, lambda i: i.repo, "swebench-verified")
         self._notes = {"data_file": str(path), "items_in_file": len(instances), "items_selected": len(selected)}
         for instance in selected:
             yield self.item(instance)
@@ -121,18 +120,3 @@ class SWEBenchVerified(Task):
         return {**super().manifest_notes(), **self._notes, "repository_files": files,
                 "quality": "patch similarity to the gold patch: a proxy, not the resolved rate; export predictions "
                            "with `budgetbench swebench-export` and run the official swebench evaluation"}
-
-
-def balanced(instances: list[Instance], limit: int, seed: int) -> list[Instance]:
-    """A seeded selection taking repositories in turn."""
-    groups: dict[str, list[Instance]] = {}
-    for instance in instances:
-        groups.setdefault(instance.repo, []).append(instance)
-    for repo, group in groups.items():
-        random.Random(f"swebench-verified:{seed}:{repo}").shuffle(group)
-    chosen: list[Instance] = []
-    while len(chosen) < min(limit, len(instances)):
-        for repo in sorted(groups):
-            if groups[repo] and len(chosen) < limit:
-                chosen.append(groups[repo].pop())
-    return chosen

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 
-from budgetbench_core import Grader, Verdict, hookimpl
+from budgetbench_core import Grader, Verdict, contains_answer, hookimpl
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation if c != "-"})
@@ -52,9 +52,7 @@ class ContainsAnswer(Grader):
 
     def grade(self, item, prediction, context):
         got, want = normalize(prediction), normalize(item.answer)
-        too_long = len(got.split()) > len(want.split()) + self.max_extra_words
-        found = bool(want) and f" {want} " in f" {got} "
-        correct = bool(got) and found and not too_long
+        correct, too_long = contains_answer(got, want, self.max_extra_words)
         return Verdict(float(correct), {"normalized_prediction": got, "normalized_answer": want, "too_long": too_long})
 
 

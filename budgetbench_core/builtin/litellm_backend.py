@@ -106,3 +106,9 @@ class LiteLLMBackend(Backend):
 @hookimpl
 def register_backends(register):
     register(LiteLLMBackend)
+
+
+@hookimpl(trylast=True)
+def resolve_backend(model):
+    """Every model string no other backend claims goes to litellm."""
+    return "litellm"

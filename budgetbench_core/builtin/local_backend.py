@@ -116,3 +116,9 @@ class LocalBackend(LiteLLMBackend):
 @hookimpl
 def register_backends(register):
     register(LocalBackend)
+
+
+@hookimpl
+def resolve_backend(model):
+    """``local`` and ``local:<gguf>`` run the embedded server."""
+    return "local" if model == "local" or model.startswith("local:") else None

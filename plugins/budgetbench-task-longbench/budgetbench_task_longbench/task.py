@@ -9,11 +9,10 @@ the manifest, because results on such a subset are conditioned on the selection.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from budgetbench_core import Item, Message, Task, TaskDataError, resolve_data_file
+from budgetbench_core import Item, Message, Task, TaskDataError, balanced, resolve_data_file
 
 from .chunking import ENCODING, chunk_text, count_tokens
 from .data import CHOICES, Record, load_records
@@ -85,7 +84,7 @@ class LongBenchV2(Task):
         records = load_records(path)
         if self.max_natural_tokens is None:
             # Chunk only what is selected: chunking every context takes seconds.
-            chosen = records if limit is None else balanced(records, limit, seed, lambda r: getattr(r, self.category))
+            chosen = records if limit is None else balanced(records, limit, seed, lambda r: getattr(r, self.category), "longbench-v2")
             selected, fitting = [self.item(record) for record in chosen], len(records)
         else:
             items = [self.item(record) for record in records]
@@ -94,7 +93,7 @@ class LongBenchV2(Task):
                 smallest = min((i.metadata["natural_tokens"] for i in items), default=None)
                 raise TaskDataError(f"{path}: no item's full prompt fits max_natural_tokens={self.max_natural_tokens} "
                                     f"(the smallest needs {smallest} {ENCODING} tokens)")
-            selected = fits if limit is None else balanced(fits, limit, seed, lambda i: i.category)
+            selected = fits if limit is None else balanced(fits, limit, seed, lambda i: i.category, "longbench-v2")
             fitting = len(fits)
         self._notes = {"data_file": str(path), "items_in_file": len(records), "items_fitting": fitting,
                        "items_selected": len(selected)}
@@ -119,18 +118,3 @@ class LongBenchV2(Task):
                           f"{self.max_natural_tokens} tokens; not comparable with results on all items"),
             }
         return notes
-
-
-def balanced(entries: list, limit: int, seed: int, category: Callable[[Any], str]) -> list:
-    """A seeded selection that takes categories in turn, so small categories are represented."""
-    groups: dict[str, list] = {}
-    for entry in entries:
-        groups.setdefault(str(category(entry)), []).append(entry)
-    for name, group in groups.items():
-        random.Random(f"longbench-v2:{seed}:{name}").shuffle(group)
-    chosen: list = []
-    while len(chosen) < min(limit, len(entries)):
-        for name in sorted(groups):
-            if groups[name] and len(chosen) < limit:
-                chosen.append(groups[name].pop())
-    return chosen
