@@ -15,7 +15,7 @@ from rich.table import Table
 from .config_file import config_option, copy_into_run
 from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, get_registry
-from .report.cli import report_command
+from .report.cli import compare_command, gate_command, plan_command, report_command
 from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
 from .runlog import RunLogError
 from .tasks import TaskDataError
@@ -209,6 +209,9 @@ def demo(out, limit, max_concurrency):
 
 
 cli.add_command(report_command)
+cli.add_command(gate_command)
+cli.add_command(plan_command)
+cli.add_command(compare_command)
 cli.add_command(new_plugin)
 cli.add_command(check_plugin)
 cli.add_command(data)

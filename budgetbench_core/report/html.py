@@ -80,3 +80,12 @@ def write_html(out_dir: Path, data: RunData, context: dict[str, Any], plot_paths
     path.write_text(env.get_template("index.html.j2").render(images=images, items=links, **context),
                     encoding="utf-8")
     return path
+
+
+def write_comparison_html(out_dir: Path, context: dict[str, Any], plot_paths: dict[str, Path]) -> Path:
+    images = {name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+              for name, path in plot_paths.items()}
+    path = out_dir / "index.html"
+    path.write_text(_environment().get_template("compare.html.j2").render(images=images, approximate=any(
+        r["approximate"] for r in context["runs"]), **context), encoding="utf-8")
+    return path

@@ -13,6 +13,7 @@ from typing import Any
 from . import FORMATS, tables
 from .data import ReportError, RunData, load_run
 from .html import fmt, item_page_name, write_html
+from .pivot import best_at_each_budget
 from .plots import write_plots
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], empty_columns: Iterable[str]) -> Path:
@@ -77,9 +78,31 @@ def _findings(data: RunData, summary, paired, errors, mismatches) -> list[str]:
     return findings
 
 
+def run_header(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Model, tokenizer and grader as one line each, for the top of every report."""
+    model = manifest.get("model") or {}
+    tokenizer = manifest.get("tokenizer") or {}
+    grader = manifest.get("grader") or {}
+    config = manifest.get("config") or {}
+    served = model.get("model") or config.get("model")
+    where = model.get("model_file") or model.get("api_base")
+    return {
+        "model": f"{served} ({model.get('backend', '?')}{', ' + str(where) if where else ''})",
+        "tokenizer": f"{tokenizer.get('id', '?')} ({tokenizer.get('backend', '?')}, "
+                     f"{'exact' if tokenizer.get('exact') else 'APPROXIMATE'})",
+        "grader": f"{grader.get('name', '?')} v{grader.get('version', '?')} "
+                  f"({'binary' if grader.get('binary') else 'graded'}"
+                  f"{', judge ' + str(grader['judge_model']) if grader.get('judge_model') else ''})",
+        "task": f"{(manifest.get('task') or {}).get('name') or config.get('task')} "
+                f"{json.dumps(config.get('task_options') or {}, sort_keys=True)}",
+    }
+
+
 def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]:
     """Everything the outputs show, as plain data (also the JSON report)."""
     summary = tables.summary_table(data)
+    cells = data.cells()
+    pivot = best_at_each_budget(summary, lambda cell: tables.item_values(cells.get(cell, [])))
     paired = tables.paired_table(data, reference)
     errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
     mismatches = [{"task": r["task"], "strategy": r["strategy"], "budget": r["budget"], "repeat": r["repeat"],
@@ -95,6 +118,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "run_dir": str(data.run_dir),
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "manifest": data.manifest,
+        "header": run_header(data.manifest),
+        "pivot": pivot,
         "approximate": data.approximate,
         "error_policy": tables.ERROR_POLICY,
         "reference": reference,
@@ -110,6 +135,13 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     }
 
 
+def _pivot_cell(row: dict[str, Any] | None, metric: str) -> str:
+    if row is None:
+        return "–"
+    value = f"{fmt(row.get(metric))} [{fmt(row.get(metric + '_low'))}, {fmt(row.get(metric + '_high'))}]"
+    return f"{value}, viol. {fmt(row.get('violation_rate'), 2)}" + (f", {row['errors']} err." if row.get("errors") else "")
+
+
 def _markdown(context: dict[str, Any]) -> str:
     note = " (approximate token counts)" if context["approximate"] else ""
 
@@ -119,6 +151,16 @@ def _markdown(context: dict[str, Any]) -> str:
         return lines + [""]
 
     lines = [f"# BudgetBench report: {context['title']}", ""]
+    lines += [f"- {name}: {value}" for name, value in context["header"].items()] + [""]
+    for grid in context["pivot"]:
+        lines += [f"## Best at each budget: {grid['task']}{note}", "",
+                  "| strategy | " + " | ".join(str(b) for b in grid["budgets"]) + " |",
+                  "|---|" + "---|" * len(grid["budgets"])]
+        for strategy in grid["strategies"]:
+            cells = [grid["cells"][strategy].get(b) for b in grid["budgets"]]
+            lines.append(f"| {strategy} | " + " | ".join(_pivot_cell(c, grid["metric"]) for c in cells) + " |")
+        lines.append("| **best** | " + " | ".join(grid["best"][b]["text"] for b in grid["budgets"]) + " |")
+        lines.append("")
     if context["approximate"]:
         lines += ["**Approximate token counts**: every table below is approximate.", ""]
     lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
@@ -148,7 +190,7 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
     out = data.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    plots = write_plots(context["summary"], out, data.approximate)
+    plots = write_plots(context["summary"], out, data.approximate, context["categories"])
     paths.update({f"plot_{name}": path for name, path in plots.items()})
     if "csv" in formats:
         paths["summary_csv"] = _write_csv(out / "summary.csv", context["summary"], ["task", "strategy", "budget"])
@@ -168,4 +210,55 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
                                  encoding="utf-8")
     if "html" in formats:
         paths["html"] = write_html(out, data, context, plots)
+    return paths
+
+
+def _comparison_markdown(context: dict[str, Any]) -> str:
+    def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        return lines + ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows] + [""]
+
+    lines = [f"# {context['title']}", "", f"Reference run: {context['reference_run']}.", ""]
+    if context["different_data"]:
+        lines += ["**The runs were made on different task data** (--allow-different-data): paired items with the "
+                  "same id may be different questions.", ""]
+    lines += ["## Runs", ""] + table(context["runs"], ["run", "model", "tokenizer", "grader", "grader_version",
+                                                        "core_version", "data_hash", "run_dir"])
+    lines += ["## Cells", ""] + table(context["summary"], [
+        "task", "strategy", "budget", "run", "n_items", "violation_rate", "errors", "quality_all", "quality_all_low",
+        "quality_all_high"])
+    lines += ["## Paired against the reference run", ""] + table(context["paired"], [
+        "task", "strategy", "budget", "run", "reference_run", "paired_items", "delta", "delta_low", "delta_high",
+        "result", "missing_in_run", "missing_in_reference", "missing_items"])
+    if context["unmatched"]:
+        lines += ["## Cells in one run only", ""] + table(context["unmatched"], ["task", "strategy", "budget", "only_in"])
+    return "\n".join(lines)
+
+
+def write_comparison(run_dirs: list[Path], out: Path, labels: Iterable[str] = (),
+                     allow_different_data: bool = False) -> dict[str, Path]:
+    """``budgetbench compare``: write the cross-run report into ``out``; returns name -> path."""
+    from .compare import compare_runs
+    from .html import write_comparison_html
+    from .plots import quality_vs_budget
+
+    context = compare_runs(run_dirs, list(labels), allow_different_data)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    approximate = any(r["approximate"] for r in context["runs"])
+    curves = [r | {"strategy": f"{r['run']}: {r['strategy']}"} for r in context["summary"]]
+    plot = out / "quality_vs_budget.png"
+    quality_vs_budget(curves, sorted({r["task"] for r in curves}),
+                      " (approximate counts)" if approximate else "", plot)
+    paths = {"plot_quality": plot,
+             "summary_csv": _write_csv(out / "summary.csv", context["summary"], ["run", "task", "strategy", "budget"]),
+             "paired_csv": _write_csv(out / "paired.csv", context["paired"],
+                                      ["task", "strategy", "budget", "run", "reference_run", "paired_items", "delta"]),
+             "runs_csv": _write_csv(out / "runs.csv", context["runs"], ["run", "run_dir"])}
+    paths["md"] = out / "report.md"
+    paths["md"].write_text(_comparison_markdown(context), encoding="utf-8")
+    paths["json"] = out / "report.json"
+    paths["json"].write_text(json.dumps(_without_nan(context), indent=1, ensure_ascii=False, default=str,
+                                        allow_nan=False), encoding="utf-8")
+    paths["html"] = write_comparison_html(out, context, {"quality": plot})
     return paths

@@ -1,0 +1,110 @@
+"""One report across several runs: cells aligned by task/strategy/budget, paired over shared items.
+
+Runs may differ in model, server, strategy versions or settings; they must have been made on
+the same task data (the manifests' data hashes, or the task name, options and seed when a
+manifest records no hashes), unless ``allow_different_data`` is given. Each run's cell is
+compared with the same cell of the reference run (the first one) over the items both
+scored; items only one side has are listed, never silently paired.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import stats, tables
+from .data import ReportError, RunData, load_run
+from .pairing import pair_values
+
+
+def data_identity(manifest: dict[str, Any]) -> tuple[str, str]:
+    """(what was compared, a hash of it): the task data hashes when recorded, else name/options/seed."""
+    task = manifest.get("task") or {}
+    config = manifest.get("config") or {}
+    hashes = task.get("data_hashes") or manifest.get("data_hashes")
+    if hashes:
+        basis, payload = "data file hashes", {"task": task.get("name"), "hashes": hashes}
+    else:
+        basis, payload = "task name, options, seed and limit", {
+            "task": task.get("name") or config.get("task"), "options": task.get("options", config.get("task_options")),
+            "seed": config.get("seed"), "limit": config.get("limit")}
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return basis, digest
+
+
+def _labels(runs: Sequence[RunData], labels: Sequence[str]) -> list[str]:
+    if labels and len(labels) != len(runs):
+        raise ValueError(f"--label given {len(labels)} times for {len(runs)} runs: give one per run or none")
+    names = list(labels) or [r.run_dir.name or str(r.run_dir) for r in runs]
+    if len(set(names)) != len(names):
+        names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
+    return names
+
+
+def _model_name(manifest: dict[str, Any]) -> str:
+    model = manifest.get("model") or {}
+    return str(model.get("model") or model.get("name") or model.get("id") or (manifest.get("config") or {}).get("model"))
+
+
+def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_different_data: bool = False,
+                 ) -> dict[str, Any]:
+    """The comparison as plain data (the JSON output); refuses runs on different task data."""
+    if len(run_dirs) < 2:
+        raise ValueError("compare needs at least two run directories")
+    runs = [load_run(Path(d), with_prompts=False) for d in run_dirs]
+    names = _labels(runs, labels)
+    identities = [data_identity(r.manifest) for r in runs]
+    different = [(n, i) for n, i in zip(names, identities) if i[1] != identities[0][1]]
+    if different and not allow_different_data:
+        listed = "; ".join(f"{n}: {i[1]} ({i[0]})" for n, i in zip(names, identities))
+        raise ReportError(f"the runs were made on different task data ({listed}); items with the same id may "
+                          "differ. Pass --allow-different-data to compare them anyway.")
+    run_rows = []
+    for name, data, identity in zip(names, runs, identities):
+        manifest = data.manifest
+        run_rows.append({"run": name, "run_dir": str(data.run_dir), "model": _model_name(manifest),
+                         "tokenizer": (manifest.get("tokenizer") or {}).get("id"),
+                         "tokenizer_exact": (manifest.get("tokenizer") or {}).get("exact"),
+                         "grader": (manifest.get("grader") or {}).get("name"),
+                         "grader_version": (manifest.get("grader") or {}).get("version"),
+                         "core_version": (manifest.get("versions") or {}).get("budgetbench"),
+                         "git_commit": manifest.get("git_commit"), "data_basis": identity[0],
+                         "data_hash": identity[1], "approximate": data.approximate,
+                         "prompts_only": bool((manifest.get("config") or {}).get("prompts_only"))})
+    summary = []
+    for name, data in zip(names, runs):
+        for (task, strategy, budget), rows in data.cells().items():
+            summary.append({"run": name, "task": task, "strategy": strategy, "budget": budget,
+                            **tables.cell_summary(rows, data.binary, budget)})
+    reference, ref_name = runs[0], names[0]
+    ref_cells = reference.cells()
+    paired, unmatched = [], []
+    for name, data in zip(names[1:], runs[1:]):
+        cells = data.cells()
+        for cell in sorted(set(cells) | set(ref_cells)):
+            if cell not in cells or cell not in ref_cells:
+                unmatched.append({"task": cell[0], "strategy": cell[1], "budget": cell[2],
+                                  "only_in": ref_name if cell in ref_cells else name, "other": name
+                                  if cell in ref_cells else ref_name})
+                continue
+            dropped = set(reference.ingest_losses().get(cell[0], {})) | set(data.ingest_losses().get(cell[0], {}))
+            pair = pair_values(cells[cell], ref_cells[cell], dropped)
+            delta = stats.paired_delta(pair.candidate, pair.reference)
+            paired.append({
+                "task": cell[0], "strategy": cell[1], "budget": cell[2], "run": name, "reference_run": ref_name,
+                "paired_items": delta.n,
+                "run_quality": float(sum(pair.candidate) / len(pair.candidate)) if pair.items else math.nan,
+                "reference_quality": float(sum(pair.reference) / len(pair.reference)) if pair.items else math.nan,
+                "delta": delta.mean, "delta_low": delta.low, "delta_high": delta.high, "result": stats.verdict(delta),
+                "missing_in_run": len(pair.missing_in_candidate), "missing_in_reference": len(pair.missing_in_reference),
+                "missing_items": " ".join(sorted(set(pair.missing_in_candidate) | set(pair.missing_in_reference))),
+                "dropped_ingest_loss": len(dropped)})
+    return {"title": f"BudgetBench comparison of {len(runs)} runs", "written":
+            datetime.now(timezone.utc).isoformat(timespec="seconds"), "runs": run_rows,
+            "reference_run": ref_name, "different_data": bool(different), "summary": summary,
+            "paired": paired, "unmatched": unmatched}
