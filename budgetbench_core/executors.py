@@ -1,0 +1,148 @@
+"""Executors: how a run's units are scheduled (the ``register_executors`` plugin point).
+
+A run is a stream of units, each one strategy on one item with the (budget, repeat)
+cells still to do. The runner forms units as the task's items arrive and hands them to an
+executor through a :class:`Job`. Whatever the executor, the process that called ``run`` (the
+driver) is the only writer of the event log, the response cache and the manifest:
+
+- an in-process executor (the built-in ``thread``) calls ``job.run_here(unit)``, which writes
+  each row as it happens;
+- an executor that runs units elsewhere (``ray``) ships ``job.worker_spec()`` to its workers
+  once, has each worker run ``spec.build().run(unit, slots)``, and hands the returned
+  :class:`UnitOutcome` to ``job.record(unit, outcome)`` in the driver. A unit whose worker is
+  lost is simply run again: nothing of it was recorded, so it is never half-recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .backends import Completion
+from .messages import Item
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One strategy on one item; ``cells`` are the (budget, repeat) pairs still to run, in order."""
+
+    strategy: str
+    item: Item
+    cells: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class UnitOutcome:
+    """What a remote worker hands back for one unit: its events in order (each stamped with the
+    time it happened) and the model replies it received, keyed as in the response cache."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[tuple[str, Completion]] = field(default_factory=list)
+    calls_made: int = 0
+
+
+# A model's connection slots: a context manager held around each model call, given a key
+# naming the model (its cache identity). The thread executor's slots are per process; an
+# executor running on several machines passes slots that hold across all of them.
+Slots = Callable[[str], AbstractContextManager[Any]]
+
+
+class UnitWorker(ABC):
+    """Runs units away from the driver: strategies built here, model called from here."""
+
+    @abstractmethod
+    def run(self, unit: Unit, slots: Slots | None = None) -> UnitOutcome:
+        """Every remaining cell of ``unit``; rows and replies are returned, never written."""
+
+
+class WorkerSpec(ABC):
+    """A picklable recipe for a :class:`UnitWorker`, built once per worker process."""
+
+    key: str  # the same for every worker of one run invocation (a cache key for built workers)
+
+    @abstractmethod
+    def build(self) -> UnitWorker: ...
+
+
+class Job(ABC):
+    """The runner's side of an execution, handed to ``Executor.execute``."""
+
+    units: Iterator[Unit]  # lazily formed; pull only as many as you can run now
+    max_concurrency: int  # the run's per-model connection limit (``-j``)
+    timeout_s: float  # one model call's deadline: how long a connection slot can be held
+    stop: threading.Event  # set on Ctrl+C or a harness error: take no new units
+
+    @abstractmethod
+    def run_here(self, unit: Unit) -> None:
+        """Run ``unit`` in this process, writing every row as it happens."""
+
+    @abstractmethod
+    def worker_spec(self) -> WorkerSpec:
+        """The recipe remote workers build their :class:`UnitWorker` from."""
+
+    @abstractmethod
+    def record(self, unit: Unit, outcome: UnitOutcome) -> None:
+        """Write a remote unit's rows and replies (driver only)."""
+
+    @abstractmethod
+    def record_lost(self, unit: Unit, cause: str) -> None:
+        """Every remaining cell of ``unit`` as an ``error`` row (phase ``executor``): its worker
+        was lost more often than the executor retries."""
+
+
+class Executor(ABC):
+    """Base class for executors. Subclasses set ``name`` and implement ``execute``.
+
+    ``options`` maps each constructor keyword to its help text; the command line offers it
+    as ``--<name>-<option>`` (``--ray-address``), and ``RunConfig.executor_options`` carries it.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    options: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"executor {self.name!r} has no option {', '.join(unknown)}; "
+                             f"its options: {', '.join(sorted(self.options)) or 'none'}")
+        self.settings = options
+
+    @abstractmethod
+    def execute(self, job: Job) -> None:
+        """Run every unit of ``job.units``; return when all are recorded. An exception stops the run."""
+
+
+class ThreadExecutor(Executor):
+    """``max_concurrency`` threads in this process, each taking the next unit when it is free."""
+
+    name = "thread"
+    description = "Worker threads in the driver process (the default)"
+
+    def execute(self, job: Job) -> None:
+        lock = threading.Lock()
+
+        def next_unit() -> Unit | None:
+            with lock:  # a task's load generator is not thread-safe
+                return None if job.stop.is_set() else next(job.units, None)
+
+        def work() -> None:
+            while (unit := next_unit()) is not None:
+                job.run_here(unit)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, job.max_concurrency))
+        try:
+            futures = [pool.submit(work) for _ in range(max(1, job.max_concurrency))]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                future.result()
+        except BaseException:
+            job.stop.set()  # Ctrl+C or a harness bug: the other threads finish their cell and stop
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,1 @@
+"""The Ray executor for BudgetBench (``--executor ray``)."""

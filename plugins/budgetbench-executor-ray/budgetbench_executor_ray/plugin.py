@@ -1,0 +1,194 @@
+"""``--executor ray``: units run as Ray tasks; the driver alone writes the run directory.
+
+Each unit (one strategy on one item) is one Ray task. A worker process builds the run's
+strategies, tokenizer and backend once (from the spec the driver puts in the object store)
+and keeps them for every unit it is given, calls the model itself, and returns the unit's
+rows and replies; the driver writes them to the event log and the response cache. A task
+whose worker or node dies is retried by Ray (``max_retries``): nothing of it had been
+written, so a unit is never half-recorded. A unit that still cannot finish becomes error
+rows (phase ``executor``) that a resumed run retries.
+
+Model connections are limited per model across the whole cluster by one small actor
+holding ``-j`` leases per model; a lease whose holder died expires after the call deadline
+(``--timeout``) plus a margin, so a lost worker cannot starve the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any
+
+from budgetbench_core import Executor, Job, Unit, hookimpl
+
+LEASE_MARGIN_S = 30.0
+
+
+def _ray():
+    import ray
+
+    return ray
+
+
+def _limiter_class():
+    ray = _ray()
+
+    @ray.remote(num_cpus=0)
+    class Limiter:
+        """``capacity`` leases per model key; asyncio so waiting holders do not block releases."""
+
+        def __init__(self, capacity: int, lease_s: float) -> None:
+            self.capacity = max(1, capacity)
+            self.lease_s = lease_s
+            self.leases: dict[str, dict[int, float]] = {}
+            self.ids = itertools.count()
+            self.changed = asyncio.Condition()
+            self.peak: dict[str, int] = {}
+
+        def _expire(self, key: str) -> dict[int, float]:
+            held = self.leases.setdefault(key, {})
+            moment = time.monotonic()
+            for lease, expires in list(held.items()):
+                if expires <= moment:
+                    del held[lease]  # its holder died (or hung past every deadline)
+            return held
+
+        async def acquire(self, key: str) -> int:
+            async with self.changed:
+                while True:
+                    held = self._expire(key)
+                    if len(held) < self.capacity:
+                        lease = next(self.ids)
+                        held[lease] = time.monotonic() + self.lease_s
+                        self.peak[key] = max(self.peak.get(key, 0), len(held))
+                        return lease
+                    soonest = min(held.values()) - time.monotonic()
+                    try:
+                        await asyncio.wait_for(self.changed.wait(), timeout=max(0.01, soonest))
+                    except asyncio.TimeoutError:
+                        pass
+
+        async def release(self, key: str, lease: int) -> None:
+            async with self.changed:
+                self.leases.get(key, {}).pop(lease, None)
+                self.changed.notify_all()
+
+        async def peaks(self) -> dict[str, int]:
+            return dict(self.peak)
+
+    return Limiter
+
+
+class _Slot:
+    """One lease of the cluster-wide limiter, held around one model call."""
+
+    def __init__(self, limiter: Any, key: str) -> None:
+        self.limiter = limiter
+        self.key = key
+
+    def __enter__(self) -> None:
+        self.lease = _ray().get(self.limiter.acquire.remote(self.key))
+
+    def __exit__(self, *exc: Any) -> None:
+        self.limiter.release.remote(self.key, self.lease)
+
+
+_WORKERS: dict[str, Any] = {}
+
+
+def _run_unit(spec: Any, strategy: str, item: Any, cells: tuple, limiter: Any) -> Any:
+    """The Ray task: build (or reuse) this process's worker for the run, run one unit."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    worker = _WORKERS.get(spec.key)
+    if worker is None:
+        _WORKERS.clear()  # a long-lived worker process keeps only the current run's strategies
+        worker = _WORKERS[spec.key] = spec.build()
+    return worker.run(Unit(strategy, item, cells), slots=lambda key: _Slot(limiter, key))
+
+
+class RayExecutor(Executor):
+    """Units as Ray tasks on a local or remote cluster."""
+
+    name = "ray"
+    description = "Units as Ray tasks on a local or remote Ray cluster (budgetbench-executor-ray)"
+    options = {
+        "address": "Ray cluster to join: 'auto' (the running one, or RAY_ADDRESS) or host:port. "
+                   "Default: start a local cluster for the run.",
+        "cpus": "CPUs of the local cluster started for the run (default: all of this machine's).",
+        "retries": "How often a unit whose worker or node died is run again (default 3).",
+    }
+
+    def execute(self, job: Job) -> None:
+        ray = _ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            address = self.settings.get("address")
+            common = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                          configure_logging=True)
+            if address:
+                ray.init(address=address, **common)
+            else:
+                cpus = self.settings.get("cpus")
+                ray.init(num_cpus=int(cpus) if cpus else None, **common)
+        try:
+            self._execute(ray, job)
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    def _execute(self, ray: Any, job: Job) -> None:
+        retries = int(self.settings.get("retries", 3))
+        limiter = _limiter_class().remote(job.max_concurrency, job.timeout_s + LEASE_MARGIN_S)
+        run_unit = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(_run_unit)
+        spec = ray.put(job.worker_spec())
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        window = max(2, 2 * cpus)  # enough to keep every CPU busy while the driver records
+        in_flight: dict[Any, Unit] = {}
+        items: dict[str, tuple[Any, int]] = {}  # item id -> (object ref, units in flight): one copy per item
+        units = iter(job.units)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and not job.stop.is_set() and len(in_flight) < window:
+                    unit = next(units, None)
+                    if unit is None:
+                        exhausted = True
+                        break
+                    ref, count = items.get(unit.item.id) or (ray.put(unit.item), 0)
+                    items[unit.item.id] = (ref, count + 1)
+                    in_flight[run_unit.remote(spec, unit.strategy, ref, unit.cells, limiter)] = unit
+                if not in_flight:
+                    return
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
+                for done in ready:
+                    unit = in_flight.pop(done)
+                    ref, count = items[unit.item.id]
+                    if count == 1:
+                        del items[unit.item.id]
+                    else:
+                        items[unit.item.id] = (ref, count - 1)
+                    try:
+                        outcome = ray.get(done)
+                    except ray.exceptions.RayTaskError as exc:
+                        raise RuntimeError(f"the Ray worker failed outside every contained plugin call on unit "
+                                           f"({unit.strategy!r}, {unit.item.id!r}): {exc}") from exc
+                    except ray.exceptions.RayError as exc:  # worker, node or object lost after every retry
+                        job.record_lost(unit, f"Ray lost the worker running this unit {retries + 1} times: "
+                                              f"{type(exc).__name__}: {str(exc)[:300]}")
+                        continue
+                    job.record(unit, outcome)
+                if job.stop.is_set() and not exhausted:
+                    exhausted = True  # stop taking units; the ones in flight still finish and are recorded
+        except BaseException:
+            job.stop.set()
+            for ref in in_flight:
+                ray.cancel(ref, force=True)  # their rows are discarded: a resume runs them again
+            raise
+
+
+@hookimpl
+def register_executors(register):
+    register(RayExecutor)
