@@ -7,12 +7,13 @@ in docs/reading-a-report.md, produced by ``scripts/coverage_table.py``):
 
 - binary cell: the Wilson score interval, with Brown, Cai & DasGupta's (2001) Poisson lower
   (upper) bound for 1-3 successes (failures), which removes Wilson's coverage dip near 0 and 1;
-- graded cell: a t-interval over the values plus z^2 pseudo-items, half at each end of the
-  range ("bounded t"; on 0/1 data it is close to Agresti-Coull): never zero-width, so three
-  items all 0 no longer give [0, 0];
-- paired binary delta: Newcombe's (1998) hybrid score interval for paired proportions, and a
-  verdict only when it excludes 0 *and* the exact sign test on the discordant items gives
-  p < 0.05 (so [1, 1, 1, 0] against zeros, p = 0.25, is not a result);
+- graded cell: a t-interval over the values plus one pseudo-item at each end of the range
+  ("bounded t"): never zero-width (three items all 0 no longer give [0, 0]), and it keeps its
+  coverage on 0/1-like values near 0 and 1, where the plain t-interval falls to 21%;
+- paired binary delta: Newcombe's (1998) hybrid score interval for paired proportions, widened
+  to include 0 unless the exact sign test on the discordant items gives p < 0.05 (so
+  [1, 1, 1, 0] against zeros, p = 0.25, is not a result, and a verdict is exactly "the
+  interval excludes 0");
 - paired graded delta: the bounded t over the per-item differences (range [-1, 1]).
 
 The pure functions are vectorised (numpy arrays in, arrays out) so the coverage simulation
@@ -31,12 +32,14 @@ from scipy import stats
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
 Z = float(stats.norm.ppf(1 - ALPHA / 2))
-PSEUDO = Z * Z  # pseudo-items of the bounded t, half at each end of the range
+# Pseudo-items of the bounded t, half at each end of the range. The simulation's 0/1-valued
+# graded case needs about 2 (with 1, coverage at p = 0.02 and n = 100 falls to 87%).
+PSEUDO = 2.0
 
-# Smallest number of paired items at which a verdict is given. Chosen by the coverage
-# simulation: below it the interval's coverage under no effect falls under 95% - tolerance
-# for some tested distribution (n = 2: Newcombe calls [1, 1] vs [0, 0] "higher").
-MIN_PAIRED_ITEMS = 3
+# Fewest paired items with an interval and a verdict. Chosen by the coverage simulation:
+# at 3 items the paired binary interval covers only 89% when the two arms are negatively
+# coupled (and at 2 Newcombe's interval alone calls [1, 1] vs [0, 0] "higher").
+MIN_PAIRED_ITEMS = 4
 
 HIGHER, LOWER, TIE, TOO_FEW = "higher", "lower", "not distinguished", "too few items"
 
@@ -61,7 +64,7 @@ class PairedDelta:
     """Candidate minus reference over the same items: the one object gate, plan and compare use.
 
     ``mean``, ``low``, ``high``: the mean per-item difference and its 95% interval (nan with no
-    items). ``n``: paired items. ``method``: ``newcombe+sign`` (every value 0 or 1) or
+    items, and below ``min_n``). ``n``: paired items. ``method``: ``newcombe+sign`` (every value 0 or 1) or
     ``bounded-t``. ``verdict``: ``higher`` / ``lower`` (a result), ``not distinguished``, or
     ``too few items`` (n < ``min_n``: no verdict whatever the values). ``needed_n``: for
     ``too few items`` the minimum n (or more, see below); for ``not distinguished`` with a
@@ -110,11 +113,12 @@ def modified_wilson_bounds(successes, n, confidence: float = CONFIDENCE):
     return low, high
 
 
-def bounded_t_bounds(total, total_sq, n, lo: float = 0.0, hi: float = 1.0, confidence: float = CONFIDENCE):
+def bounded_t_bounds(total, total_sq, n, lo: float = 0.0, hi: float = 1.0, confidence: float = CONFIDENCE,
+                     pseudo: float = PSEUDO):
     """t-interval of a mean of values in [lo, hi] from their sum, sum of squares and count,
-    with PSEUDO pseudo-items added, half at lo and half at hi; nan for n < 2."""
+    with ``pseudo`` pseudo-items added, half at lo and half at hi; nan for n < 2."""
     s, q, n = (np.asarray(v, dtype=float) for v in (total, total_sq, n))
-    k = float(stats.norm.ppf(1 - (1 - confidence) / 2)) ** 2
+    k = pseudo
     weight = n + k
     mean = (s + k / 2 * (lo + hi)) / weight
     var = np.maximum((q + k / 2 * (lo * lo + hi * hi) - weight * mean * mean) / (weight - 1), 0.0)
@@ -151,19 +155,23 @@ def sign_test_p(cand_only, ref_only):
 
 
 def paired_binary_verdicts(both, cand_only, ref_only, neither, min_n: int = MIN_PAIRED_ITEMS):
-    """(low, high, verdict code) arrays: +1 higher, -1 lower, 0 not distinguished, -2 too few."""
+    """(low, high, verdict code) arrays: +1 higher, -1 lower, 0 not distinguished, -2 too few
+    (then no interval: nan). Newcombe's interval is widened to 0 unless the sign test rejects."""
     low, high = newcombe_paired_bounds(both, cand_only, ref_only, neither)
     n = np.asarray(both) + np.asarray(cand_only) + np.asarray(ref_only) + np.asarray(neither)
     significant = sign_test_p(cand_only, ref_only) < ALPHA
-    code = np.where(significant & (low > 0), 1, np.where(significant & (high < 0), -1, 0))
-    return low, high, np.where(n < min_n, -2, code)
+    low, high = np.where(significant, low, np.minimum(low, 0.0)), np.where(significant, high, np.maximum(high, 0.0))
+    code = np.where(low > 0, 1, np.where(high < 0, -1, 0))
+    few = n < min_n
+    return np.where(few, np.nan, low), np.where(few, np.nan, high), np.where(few, -2, code)
 
 
 def graded_verdicts(total, total_sq, n, min_n: int = MIN_PAIRED_ITEMS):
     """(low, high, verdict code) arrays for per-item differences in [-1, 1], codes as above."""
     low, high = bounded_t_bounds(total, total_sq, n, -1.0, 1.0)
     code = np.where(low > 0, 1, np.where(high < 0, -1, 0))
-    return low, high, np.where(np.asarray(n) < min_n, -2, code)
+    few = np.asarray(n) < min_n
+    return np.where(few, np.nan, low), np.where(few, np.nan, high), np.where(few, -2, code)
 
 
 # --- the report's scalar API ------------------------------------------------------------
@@ -259,8 +267,6 @@ def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary:
         needed = _smallest_n(distinguished, max(n, min_n))
         if verdict == TOO_FEW:
             needed = max(needed or min_n, min_n)
-    if n < 2:
-        low = high = math.nan
     return PairedDelta(mean, low, high, n, method, verdict, needed, min_n, p_value)
 
 
