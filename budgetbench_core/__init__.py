@@ -23,7 +23,7 @@ from .memory_systems import (
 )
 from .messages import ROLES, Item, Message, Session
 from .selection import balanced
-from .runlog import final_rows, read_manifest
+from .runlog import final_rows, iter_events, read_manifest
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tasks import Task, TaskDataError
@@ -35,7 +35,7 @@ __all__ = [
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
-    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "read_manifest", "resolve_data_file", "run",
+    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "resolve_data_file", "run",
     "use_bundled_tiktoken_encodings", "wilson",
 ]
 

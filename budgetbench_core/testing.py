@@ -21,12 +21,21 @@ tokenizer:
 Auxiliary model calls go to a real model (the embedded one by default) and are
 memoised within a kit, so the determinism and reset checks test the strategy and
 not the sampler.
+
+The rest of this module is the public testing surface every distribution's tests use
+(never private core modules): ``embedded_backend``/``exact_counter`` (the embedded model
+and an exact counter on its own tokenizer), ``strategy_context``, ``FaultServer`` (a
+loopback OpenAI-compatible server with fault modes), ``invoke_cli`` (the real
+``budgetbench`` command group, plugins' commands included), ``shared_data`` (files in
+``../shared/data``: a skip locally, a failure under ``CI=true``) and the pytest fixtures
+``budgetbench_backend``, ``budgetbench_counter`` and ``budgetbench_kit``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -36,8 +45,9 @@ from typing import Any
 
 from .backends import Backend, GenerationParams
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
-from .messages import ROLES, Item, Message, Session
-from .runner import AuxiliaryBudgetError
+from .messages import Item, Message, Session
+from .gate import AuxiliaryBudgetError, gate
+from .sandbox import PromptError, canonical_prompt, validate_prompt
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tokenizers import PromptCounter
 
@@ -190,16 +200,16 @@ class ConformanceKit:
 
     def _complete(self, budget: int) -> Callable[[Sequence[Message], int, str], str]:
         def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
-            messages = list(messages)
-            tokens = self.counter.count(messages)
-            if tokens > budget:
+            gated = gate(messages, budget, self.counter)  # the runner's gate: canonical prompt, exact count
+            if not gated.admitted:
                 raise AuxiliaryBudgetError(
-                    f"auxiliary call {purpose!r} has {tokens} prompt tokens, over the budget of {budget}", tokens)
+                    f"auxiliary call {purpose!r} has {gated.tokens} prompt tokens, over the budget of {budget}",
+                    gated.tokens)
             if self.model is None:
                 raise RuntimeError("this conformance kit has no model for auxiliary calls")
-            key = (tuple((m.role, m.content) for m in messages), max_tokens)
+            key = (tuple((m.role, m.content) for m in gated.prompt), max_tokens)
             if key not in self._aux_cache:
-                self._aux_cache[key] = self.model(messages, max_tokens)
+                self._aux_cache[key] = self.model(list(gated.prompt), max_tokens)
                 self.aux_calls += 1
             return self._aux_cache[key]
 
@@ -252,15 +262,11 @@ class ConformanceKit:
         return CheckResult("declared", "pass", f"{name}: {regime.value}")
 
     def _validate(self, item: Item, prompt: Any) -> str | None:
-        if not isinstance(prompt, list) or not all(isinstance(m, Message) for m in prompt):
-            return f"returned {type(prompt).__name__}, not list[Message]"
-        unknown = sorted({m.role for m in prompt} - set(ROLES))
-        if unknown:
-            return f"unknown roles {unknown}"
-        if not prompt or prompt[-1] != item.query:
-            return "does not end with item.query unchanged"
-        if item.system is not None and prompt[0] != item.system:
-            return "does not start with item.system unchanged"
+        """The runner's own validation (``sandbox``): canonical prompt, roles, system first, query last."""
+        try:
+            validate_prompt(item, canonical_prompt(prompt))
+        except PromptError as exc:
+            return str(exc)
         return None
 
     def check_valid_output(self, cells: dict[tuple[str, int], _Cell]) -> CheckResult:
@@ -291,7 +297,7 @@ class ConformanceKit:
                 continue
             if cell.error is not None or self._validate(item, cell.prompt):
                 continue
-            tokens = self.counter.count(cell.prompt)
+            tokens = gate(cell.prompt, budget, self.counter).tokens  # counted as the runner counts: canonical
             if tokens > budget and self.counter.count(item.frame([])) <= budget:
                 problems.append(f"{item_id}@{budget}: {tokens} tokens")
             checked += 1
@@ -416,7 +422,7 @@ def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str |
     from .plugins import get_registry
 
     registry = get_registry()
-    backend_class = registry.get("backend", "local" if model.split(":")[0] == "local" else "litellm").obj
+    backend_class = registry.resolve_backend(model).obj
     backend: Backend = backend_class(model, api_base=api_base, max_context=max(budgets) + 512, max_concurrency=1,
                                      timeout_s=timeout_s)
     backend.start()
@@ -424,8 +430,7 @@ def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str |
         spec = tokenizer or backend.default_tokenizer()
         if not spec:
             raise ValueError(f"model {model!r} has no default tokenizer: give a tokenizer spec")
-        prefix, _, argument = spec.partition(":")
-        counter = PromptCounter(registry.get("tokenizer", prefix).obj(argument, backend))
+        counter = PromptCounter(registry.resolve_tokenizer(spec, backend))
 
         def call(messages: list[Message], max_tokens: int) -> str:
             return backend.complete(messages, GenerationParams(max_tokens, 0.0, seed)).text
@@ -435,12 +440,104 @@ def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str |
         backend.stop()
 
 
+# ----------------------------------------------------------------- fixtures and servers for tests
+
+from .loopback import EXTRA_FAULTS, FAULTS, NO_COMPLETION, USAGE_OFFSET, FaultServer, default_reply, messages_hash  # noqa: E402
+
+__all__ = [
+    "EXTRA_FAULTS", "FAULTS", "NO_COMPLETION", "STANDARD_BUDGETS", "USAGE_OFFSET", "CheckResult", "ConformanceKit",
+    "FaultServer", "default_reply", "embedded_backend", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
+    "open_kit", "registered", "shared_data", "standard_items", "strategy_context", "unreadable_session",
+]
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@contextlib.contextmanager
+def embedded_backend(max_concurrency: int = 1) -> Iterator[Backend]:
+    """The embedded model (``--model local``) started for the block, resolved like a run's."""
+    from .plugins import get_registry
+
+    backend: Backend = get_registry().resolve_backend("local").obj("local", max_concurrency=max_concurrency)
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+def exact_counter(backend: Backend, spec: str | None = None) -> PromptCounter:
+    """A PromptCounter with ``spec`` (default: the backend's exact tokenizer, ``server`` for
+    the embedded model), resolved through the same hooks as a run's."""
+    from .plugins import get_registry
+
+    chosen = spec or backend.default_tokenizer()
+    if not chosen:
+        raise ValueError(f"backend {backend.name!r} has no default tokenizer: give a spec")
+    return PromptCounter(get_registry().resolve_tokenizer(chosen, backend))
+
+
+def no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
+    """The ``complete`` of a context for strategies that must make no auxiliary call."""
+    raise AssertionError(f"unexpected auxiliary model call ({purpose!r})")
+
+
+def strategy_context(item: Item, budget: int, counter: PromptCounter | None, run_dir: Path,
+                     complete: Callable[[Sequence[Message], int, str], str] | None = None,
+                     seed: int = 0) -> StrategyContext:
+    """A StrategyContext as the runner builds one; ``complete`` defaults to refusing calls."""
+    return StrategyContext(item=item, budget=budget, counter=counter, complete=complete or no_model_calls,
+                           seed=seed, run_dir=Path(run_dir))
+
+
+def registered(kind: str, name: str) -> Any:
+    """What the installed plugins registered as ``kind`` ``name``: ``.obj`` (the class,
+    factory or Dataset) and ``.plugin`` (``name``, ``distribution``, ``version``, ``hooks``).
+    Raises the same error naming the available names as a run would."""
+    from .plugins import get_registry
+
+    return get_registry().get(kind, name)
+
+
+def invoke_cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    """Run ``budgetbench ARGS`` in-process on the real command group (plugins' commands
+    included); returns click's Result (``exit_code``, ``output``, ``exception``)."""
+    from click.testing import CliRunner
+
+    from .cli import cli
+
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=True)
+
+
+def shared_data(relative: str) -> Path:
+    """``../shared/data/<relative>``; absent, the test is skipped locally but fails under
+    ``CI=true``, so a CI machine without the data cannot pass by skipping."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        message = f"shared test data not found: {path} (see ../shared/data/README.md)"
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail(message + "; CI=true, so this is a failure, not a skip")
+        pytest.skip(message)
+    return path
+
+
 try:
     import pytest
-except ImportError:  # the kit itself works without pytest; only the fixture needs it
+except ImportError:  # the kit itself works without pytest; only the fixtures need it
     pytest = None
 
 if pytest is not None:
+
+    @pytest.fixture(scope="session")
+    def budgetbench_backend() -> Iterator[Backend]:
+        """The embedded model, started once per test session."""
+        with embedded_backend() as backend:
+            yield backend
+
+    @pytest.fixture(scope="session")
+    def budgetbench_counter(budgetbench_backend: Backend) -> PromptCounter:
+        """An exact PromptCounter on the embedded model's own template and vocabulary."""
+        return exact_counter(budgetbench_backend)
 
     @pytest.fixture(scope="session")
     def budgetbench_kit() -> Iterator[ConformanceKit]:

@@ -1,7 +1,8 @@
-"""Shared helpers for the rag tests: real LongMemEval items, an exact counter, prompt checks.
+"""Shared helpers for the rag tests: real LongMemEval items and prompt checks.
 
 Items come from the ``longmemeval`` task plugin (through the registry) on the official files
-in ../shared/data; prompts are counted by the embedded llama.cpp server's own tokenizer.
+in ../shared/data; prompts are counted by the embedded llama.cpp server's own tokenizer
+(the ``budgetbench_counter`` fixture of ``budgetbench_core.testing``).
 """
 
 from __future__ import annotations
@@ -9,55 +10,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from budgetbench_core import PromptCounter, StrategyContext  # noqa: E402
-from budgetbench_core.plugins import get_registry  # noqa: E402
+from budgetbench_core.testing import registered, shared_data, strategy_context  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-LONGMEMEVAL = ROOT.parent / "shared" / "data" / "longmemeval"
 FILES = {"oracle": "longmemeval_oracle.json", "s": "longmemeval_s_sample.json"}
 
 
 def longmemeval_items(split: str, limit: int | None) -> list:
     """Items of the official file for ``split`` (a round-robin selection across types with ``limit``)."""
-    path = LONGMEMEVAL / FILES[split]
-    if not path.exists():
-        pytest.skip(f"LongMemEval data not found at {path} (see ../shared/data/README.md)")
-    registry = get_registry()
-    if "longmemeval" not in registry.names("task"):
-        pytest.skip("the longmemeval task plugin (budgetbench-task-longmemeval) is not installed")
-    task = registry.get("task", "longmemeval").obj(split=split, path=str(path))
+    path = shared_data(f"longmemeval/{FILES[split]}")
+    task = registered("task", "longmemeval").obj(split=split, path=str(path))
     return list(task.load(limit, 0))
 
 
-def start_counter():
-    """(backend, counter): the embedded server and an exact PromptCounter on its tokenizer.
-
-    Keep the backend referenced for as long as the counter is used: the server stops when
-    the backend is released.
-    """
-    from budgetbench_core.builtin.local_backend import LocalBackend
-    from budgetbench_core.builtin.tokenizers import ServerTokenizer
-
-    backend = LocalBackend()
-    backend.start()
-    return backend, PromptCounter(ServerTokenizer(backend.server_url))
-
-
-def context(item, budget: int, counter, run_dir: Path) -> StrategyContext:
-    def no_auxiliary_calls(messages, max_tokens, purpose):
-        raise AssertionError(f"retrieval strategies make no auxiliary calls (asked for {purpose!r})")
-
-    return StrategyContext(item=item, budget=budget, counter=counter, complete=no_auxiliary_calls, seed=0,
-                           run_dir=run_dir)
+def context(item, budget: int, counter, run_dir: Path):
+    """Retrieval strategies make no auxiliary calls: the context refuses them."""
+    return strategy_context(item, budget, counter, run_dir)
 
 
 def strategy(name: str, **params):
-    return get_registry().get("strategy", name).obj(**params)
+    return registered("strategy", name).obj(**params)
 
 
 def gold_turn_in_prompt(item, prompt) -> bool | None:

@@ -20,10 +20,8 @@ TIERS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 
 
 @pytest.fixture(scope="module")
-def counter():
-    backend, counter = rag_support.start_counter()
-    yield counter
-    backend.stop()
+def counter(budgetbench_counter):
+    return budgetbench_counter
 
 
 @pytest.fixture(scope="module")

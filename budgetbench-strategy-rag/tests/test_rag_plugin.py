@@ -16,16 +16,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rag_support  # noqa: E402
 
 from budgetbench_core import Message, Regime  # noqa: E402
-from budgetbench_core.plugins import get_registry  # noqa: E402
+from budgetbench_core.testing import registered  # noqa: E402
 from budgetbench_strategy_rag.embedding import get_embedder  # noqa: E402
 from budgetbench_strategy_rag.units import assemble, make_units, split_text  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["rag", "lean_retrieval"])
 def test_rag_registered_through_entry_point(name):
-    registered = get_registry().get("strategy", name)
-    assert registered.plugin.distribution == "budgetbench-strategy-rag"
-    assert registered.obj.regime is Regime.LOCAL_ONLY
+    entry = registered("strategy", name)
+    assert entry.plugin.distribution == "budgetbench-strategy-rag"
+    assert entry.obj.regime is Regime.LOCAL_ONLY
 
 
 def test_rag_describe_names_embedding_model_and_version():

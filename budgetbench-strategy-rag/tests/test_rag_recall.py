@@ -28,10 +28,8 @@ FLOORS = {4: {"rag": 1.0, "lean_retrieval": 1.0},  # 4/4 and 4/4
 
 
 @pytest.fixture(scope="module")
-def counter():
-    backend, counter = rag_support.start_counter()
-    yield counter
-    backend.stop()
+def counter(budgetbench_counter):
+    return budgetbench_counter
 
 
 @pytest.mark.slow

@@ -18,10 +18,8 @@ SWEEP = [2048, 512, 8192, 1024, 4096]
 
 
 @pytest.fixture(scope="module")
-def counter():
-    backend, counter = rag_support.start_counter()
-    yield counter
-    backend.stop()
+def counter(budgetbench_counter):
+    return budgetbench_counter
 
 
 @pytest.fixture(scope="module")
@@ -128,16 +126,14 @@ def test_rag_audit_explains_each_unit(items, counter, tmp_path):
 @pytest.mark.slow
 def test_rag_through_the_cli_embeds_once_per_item(tmp_path):
     """A real run: two worker threads (two instances), two tiers, the embedded model answering."""
-    from click.testing import CliRunner
-
-    from budgetbench_core.cli import cli
-    from budgetbench_core.runlog import iter_events, read_manifest
+    from budgetbench_core import iter_events, read_manifest
+    from budgetbench_core.testing import invoke_cli
 
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, [
+    result = invoke_cli(
         "run", "-t", "synthetic-memory", "-s", "rag", "-b", "512 1024", "-n", "2", "-j", "2", "-o", str(out),
         "--task-option", "items=2", "--task-option", "history_tokens=2000",
-        "--strategy-param", "rag.chunk_tokens=64", "--no-report"])
+        "--strategy-param", "rag.chunk_tokens=64", "--no-report")
     assert result.exit_code == 0, result.output
     manifest = read_manifest(out)
     described = manifest["strategies"]["rag"]

@@ -16,16 +16,12 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from budgetbench_core import Item, Message, PromptCounter, RunConfig, StrategyContext, run
-from budgetbench_core.builtin.local_backend import LocalBackend
-from budgetbench_core.builtin.tokenizers import ServerTokenizer
-from budgetbench_core.cli import cli
+from budgetbench_core.testing import invoke_cli, shared_data, strategy_context
 from budgetbench_strategy_llmlingua import LLMLingua2
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval" / "longmemeval_oracle.json"
 WORD = re.compile(r"\w+")
 
 
@@ -44,19 +40,15 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def counter():
-    backend = LocalBackend(max_concurrency=1)
-    backend.start()
-    yield PromptCounter(ServerTokenizer(backend.server_url))
-    backend.stop()
+def counter(budgetbench_counter):
+    return budgetbench_counter
 
 
 @pytest.fixture(scope="module")
 def oracle_item() -> Item:
     """The first LongMemEval oracle question whose history is 12-20K characters."""
-    if not DATA.is_file():
-        pytest.skip(f"LongMemEval oracle data not found at {DATA} (see ../shared/data/README.md)")
-    for record in json.loads(DATA.read_text(encoding="utf-8")):
+    data = shared_data("longmemeval/longmemeval_oracle.json")
+    for record in json.loads(data.read_text(encoding="utf-8")):
         size = sum(len(m["content"]) for s in record["haystack_sessions"] for m in s)
         if 12_000 <= size <= 20_000:
             history = [Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
@@ -68,16 +60,13 @@ def oracle_item() -> Item:
     raise AssertionError("no oracle question of the wanted size")
 
 
-def no_model_calls(messages, max_tokens, purpose):
-    raise AssertionError("llmlingua2 must not make auxiliary LLM calls")
-
-
 def context_for(item: Item, budget: int, counter: PromptCounter, tmp_path: Path) -> StrategyContext:
-    return StrategyContext(item=item, budget=budget, counter=counter, complete=no_model_calls, seed=0, run_dir=tmp_path)
+    """llmlingua2 must not make auxiliary LLM calls: the context refuses them."""
+    return strategy_context(item, budget, counter, tmp_path)
 
 
 def test_llmlingua2_is_listed_with_its_regime():
-    result = CliRunner().invoke(cli, ["list-plugins", "--json"])
+    result = invoke_cli("list-plugins", "--json")
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output) if row["kind"] == "strategy"}
     assert rows["llmlingua2"]["regime"] == "auxiliary-model-assisted"

@@ -8,20 +8,13 @@ prompt). Prompts are counted by the embedded llama.cpp server.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from budgetbench_core import Item, Message, PromptCounter, RunConfig, StrategyContext, fill_budget, run
-from budgetbench_core.builtin.local_backend import LocalBackend
-from budgetbench_core.builtin.tokenizers import ServerTokenizer
-from budgetbench_core.cli import cli
+from budgetbench_core.testing import FaultServer, invoke_cli, shared_data, strategy_context
 from budgetbench_strategy_mem0 import Mem0
-
-DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval" / "longmemeval_oracle.json"
 
 
 @pytest.fixture(autouse=True)
@@ -30,19 +23,15 @@ def offline(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def counter():
-    backend = LocalBackend(max_concurrency=1)
-    backend.start()
-    yield PromptCounter(ServerTokenizer(backend.server_url))
-    backend.stop()
+def counter(budgetbench_counter):
+    return budgetbench_counter
 
 
 @pytest.fixture(scope="module")
 def oracle_item() -> Item:
     """The smallest LongMemEval oracle question with at least two sessions and twelve messages."""
-    if not DATA.is_file():
-        pytest.skip(f"LongMemEval oracle data not found at {DATA} (see ../shared/data/README.md)")
-    records = [r for r in json.loads(DATA.read_text(encoding="utf-8"))
+    data = shared_data("longmemeval/longmemeval_oracle.json")
+    records = [r for r in json.loads(data.read_text(encoding="utf-8"))
                if len(r["haystack_sessions"]) >= 2 and sum(map(len, r["haystack_sessions"])) >= 12]
     record = min(records, key=lambda r: sum(len(m["content"]) for s in r["haystack_sessions"] for m in s))
     history = [Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
@@ -54,10 +43,8 @@ def oracle_item() -> Item:
 
 
 def context_for(item: Item, run_dir: Path, counter: PromptCounter | None = None, budget: int = 0) -> StrategyContext:
-    def no_calls(messages, max_tokens, purpose):
-        raise AssertionError("mem0 makes no harness model calls")
-
-    return StrategyContext(item=item, budget=budget, counter=counter, complete=no_calls, seed=0, run_dir=run_dir)
+    """mem0 makes no harness model calls: the context refuses them."""
+    return strategy_context(item, budget, counter, run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +56,7 @@ def ingested(oracle_item, tmp_path_factory):
 
 
 def test_mem0_is_listed_as_a_memory_system():
-    result = CliRunner().invoke(cli, ["list-plugins", "--json"])
+    result = invoke_cli("list-plugins", "--json")
     assert result.exit_code == 0, result.output
     row = next(r for r in json.loads(result.output) if r["kind"] == "strategy" and r["name"] == "mem0")
     assert row["regime"] == "persistent-stateful"
@@ -124,42 +111,17 @@ def test_harness_fills_the_budget_with_whole_mem0_memories(ingested, oracle_item
     assert sorted(fill.included + fill.dropped) == list(range(len(ranked)))
 
 
-class FaultyLLM(BaseHTTPRequestHandler):
-    """A loopback OpenAI-compatible server that fails every chat call (fault injection)."""
-
-    mode = "reject"
-    calls: list[str] = []
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        FaultyLLM.calls.append(self.path)
-        if self.mode == "reject":
-            body = json.dumps({"error": {"message": "injected fault", "type": "invalid_request_error"}})
-            self.send_response(400)
-        else:  # a reply mem0 cannot parse
-            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "faulty",
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": "this is not JSON"}}],
-                               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
+FAULT_MODES = {"reject": {"rate": 1.0, "faults": ("400",)},  # the LLM refuses every call
+               "garbage": {"reply": lambda messages: "this is not JSON"}}  # a reply mem0 cannot parse
 
 
 @pytest.fixture
-def faulty_llm(monkeypatch):
+def faulty_llm(monkeypatch, request):
+    """A loopback OpenAI-compatible LLM in the mode the test is parametrised with."""
     monkeypatch.setenv("OPENAI_API_KEY", "test-placeholder")
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FaultyLLM)
-    FaultyLLM.calls = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield {"provider": "openai", "config": {"model": "faulty", "openai_base_url": f"http://127.0.0.1:{server.server_port}/v1"}}
-    server.shutdown()
+    with FaultServer(**FAULT_MODES[getattr(request, "param", "reject")]) as server:
+        yield server, {"provider": "openai", "config": {"model": "faulty", "openai_base_url": server.url}}
 
 
 def two_session_item() -> Item:
@@ -168,28 +130,29 @@ def two_session_item() -> Item:
     return Item("faulty-item", tuple(history), Message("user", "What colour is my bike?"), "red")
 
 
-@pytest.mark.parametrize("mode, cause", [("reject", "injected fault"), ("garbage", "mem0 logged errors")])
-def test_failed_adds_are_retried_then_reported_with_their_cause(faulty_llm, tmp_path, mode, cause):
-    FaultyLLM.mode = mode
+@pytest.mark.parametrize("faulty_llm, cause", [("reject", "injected 400"), ("garbage", "mem0 logged errors")],
+                         indirect=["faulty_llm"])
+def test_failed_adds_are_retried_then_reported_with_their_cause(faulty_llm, tmp_path, cause):
+    server, llm = faulty_llm
     item = two_session_item()
-    report = Mem0(infer=True, llm=faulty_llm, retries=1).ingest(item.sessions(), context_for(item, tmp_path))
+    report = Mem0(infer=True, llm=llm, retries=1).ingest(item.sessions(), context_for(item, tmp_path))
 
     assert report.stored == 0 and report.loss == 1.0
     assert [f.session_id for f in report.failures] == ["s1", "s2"]
     assert all(f.attempts == 2 and cause in f.cause for f in report.failures), report.failures
-    assert len(FaultyLLM.calls) == 4  # two sessions, two attempts each
+    assert len(server.requests) == 4  # two sessions, two attempts each
 
 
 @pytest.mark.slow
 def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path):
-    FaultyLLM.mode = "reject"
+    _, llm = faulty_llm
     summary = run(RunConfig(task="synthetic-memory", strategies=["mem0"], out=tmp_path / "run", budgets=[512],
                             limit=1, max_concurrency=1, task_options={"items": 1, "history_tokens": 600},
-                            strategy_params={"mem0": {"infer": True, "llm": faulty_llm, "retries": 0}}))
+                            strategy_params={"mem0": {"infer": True, "llm": llm, "retries": 0}}))
     assert (summary.results, summary.violations, summary.errors) == (0, 0, 1)
     rows = [json.loads(line) for line in next((tmp_path / "run" / "cells").rglob("r0.jsonl")).read_text().splitlines()]
     error = next(r for r in rows if r["event"] == "error")
-    assert error["phase"] == "ingest" and "injected fault" in error["cause"]
+    assert error["phase"] == "ingest" and "injected 400" in error["cause"]
     saved = json.loads(next((tmp_path / "run" / "retrievals" / "mem0").glob("*.json")).read_text())
     assert saved["ingest"]["failures"] and saved["ranked"] == []
 
