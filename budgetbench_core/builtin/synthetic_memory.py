@@ -6,6 +6,11 @@ date of an event (temporal), a stated preference (preference), and a question ab
 something never mentioned (abstention, answer ``unknown``). Distractors state the same
 kind of fact about other people, so keeping the wrong message does not help. The same
 seed always gives the same items; history length is set in approximate tokens.
+
+Evidence is marked for evidence recall (``budgetbench_core.evidence``): the user message
+that states the answer carries ``metadata["evidence"]``, the exact sentence that must survive
+(for temporal questions with its date header; for knowledge updates only the newest
+statement, the one the answer needs). Abstention items have no evidence and no mark.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import random
 from datetime import date, timedelta
 
 from budgetbench_core import Item, Message, Task, hookimpl
+from budgetbench_core.evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 
 CATEGORIES = ("single-session", "knowledge-update", "temporal", "preference", "abstention")
 
@@ -64,6 +70,10 @@ class SyntheticMemory(Task):
         self.count = int(items)
         self.history_tokens = int(history_tokens)
 
+    def data_files(self):
+        """Items are generated from the seed: no file is read."""
+        return []
+
     def load(self, limit, seed):
         count = self.count if limit is None else min(limit, self.count)
         for index in range(count):
@@ -110,6 +120,7 @@ class SyntheticMemory(Task):
 
     def _item(self, index: int, category: str, rng: random.Random) -> Item:
         evidence, distractors, question, answer = self._facts(category, rng)
+        needed = evidence[-1:]  # the newest statement holds the answer (a knowledge update supersedes)
         start = date(2023, 1, 1) + timedelta(days=rng.randrange(300))
         # about 60 tokens per filler exchange, two exchanges per session
         sessions = max(len(evidence) + len(distractors) + 1, self.history_tokens // 120)
@@ -130,11 +141,16 @@ class SyntheticMemory(Task):
                 topic = rng.choice(TOPICS)
                 word = rng.choice(FILLER_WORDS)
                 user_text = header * (turn == 0) + topic[1].format(x=word)
+                user_meta = meta
                 if turn == 0 and session in planted:
                     user_text = header + " ".join(planted[session]) + " " + topic[1].format(x=word)
                     if category == "temporal" and answer is None and evidence and evidence[0] in planted[session]:
                         answer = when
-                history.append(Message("user", user_text, meta))
+                    if needed and needed[0] in planted[session]:
+                        # evidence is planted before distractors, so it follows the date header directly
+                        span = (header + needed[0]) if category == "temporal" else needed[0]
+                        user_meta = {**meta, EVIDENCE_KEY: span, EVIDENCE_ID_KEY: f"{category}:s{session:04d}"}
+                history.append(Message("user", user_text, user_meta))
                 history.append(Message("assistant", topic[2].format(x=word), meta))
         query_date = _date(start, day + 1)
         return Item(

@@ -1,8 +1,8 @@
 """One report across several runs: cells aligned by task/strategy/budget, paired over shared items.
 
 Runs may differ in model, server, strategy versions or settings; they must have been made on
-the same task data (the manifests' data hashes, or the task name, options and seed when a
-manifest records no hashes), unless ``allow_different_data`` is given. Each run's cell is
+the same task data (the manifests' ``data_files`` hashes, or the task name, options and seed for a
+generated task that reads no file), unless ``allow_different_data`` is given. Each run's cell is
 compared with the same cell of the reference run (the first one) over the items both
 scored; items only one side has are listed, never silently paired.
 """
@@ -26,13 +26,15 @@ def data_identity(manifest: dict[str, Any]) -> tuple[str, str]:
     """(what was compared, a hash of it): the task data hashes when recorded, else name/options/seed."""
     task = manifest.get("task") or {}
     config = manifest.get("config") or {}
-    hashes = task.get("data_hashes") or manifest.get("data_hashes")
+    hashes = manifest.get("data_files")
     if hashes:
-        basis, payload = "data file hashes", {"task": task.get("name"), "hashes": hashes}
+        basis, payload = "data file hashes", {"task": task.get("name") or config.get("task"),
+                                              "hashes": sorted(hashes.values())}
     else:
-        basis, payload = "task name, options, seed and limit", {
+        # --limit only selects among the same items, so it is not part of the data
+        basis, payload = "task name, options and seed", {
             "task": task.get("name") or config.get("task"), "options": task.get("options", config.get("task_options")),
-            "seed": config.get("seed"), "limit": config.get("limit")}
+            "seed": config.get("seed")}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return basis, digest
 
