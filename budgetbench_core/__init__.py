@@ -23,6 +23,7 @@ from .memory_systems import (
 )
 from .messages import ROLES, Item, Message, Session
 from .selection import balanced
+from .params import Param
 from .runlog import final_rows, iter_events, read_manifest
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .strategies import MemoryStrategy, Regime, StrategyContext
@@ -33,7 +34,7 @@ __all__ = [
     "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
     "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
-    "Message", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
+    "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
     "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "resolve_data_file", "run",
     "use_bundled_tiktoken_encodings", "wilson",

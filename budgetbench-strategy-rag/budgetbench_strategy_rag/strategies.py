@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from budgetbench_core import Message, MemoryStrategy, Regime, StrategyContext
+from budgetbench_core import Message, MemoryStrategy, Param, Regime, StrategyContext
 
 from .embedding import DEFAULT_MODEL, get_embedder, resolve_model
 from .fill import fill_budget
@@ -157,6 +157,10 @@ class LeanRetrieval(Rag):
 
     name = "lean_retrieval"
     description = "Hybrid dense + BM25 + recency ranking (weights 0.6/0.3/0.1), whole units in rank order."
+    # read from **params, so declared for `budgetbench describe` and the parameter check
+    parameters = {"w_dense": Param(0.6, "weight of the dense similarity"),
+                  "w_lexical": Param(0.3, "weight of the BM25 score"),
+                  "w_recency": Param(0.1, "weight of the position in the history (newest 1)")}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

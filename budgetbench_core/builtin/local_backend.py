@@ -22,6 +22,9 @@ from .litellm_backend import LiteLLMBackend
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_CONTEXT = 8192
+# A prompt may fill the model's whole context; the reply (a task's max_output_tokens) gets
+# this much room past it, so the 8192 tier runs on the 8192-token model.
+OUTPUT_ROOM = 2048
 MAX_SLOTS = 4
 
 
@@ -55,12 +58,13 @@ class LocalBackend(LiteLLMBackend):
         self.model_path = Path(path) if path else default_model_path()
         self.slots = max(1, min(MAX_SLOTS, max_concurrency))
         self.threads = threads
-        self.context_per_slot = MODEL_CONTEXT
-        if max_context and max_context > self.context_per_slot:
+        self.model_context = MODEL_CONTEXT
+        self.context_per_slot = max(MODEL_CONTEXT, max_context or 0)
+        if max_context and max_context > MODEL_CONTEXT + OUTPUT_ROOM:
             raise ValueError(
-                f"the local model {self.model_path.name} has a {self.context_per_slot}-token context; "
-                f"a budget plus output of {max_context} tokens does not fit. Use smaller --budgets "
-                f"or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b)."
+                f"the local model {self.model_path.name} has a {MODEL_CONTEXT}-token context; "
+                f"a budget plus output of {max_context} tokens does not fit. Use --budgets of at most "
+                f"{MODEL_CONTEXT}, or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b)."
             )
         super().__init__("openai/local-model", api_base=None, timeout_s=timeout_s, max_context=max_context, **options)
         self.label = model

@@ -1,0 +1,278 @@
+"""What the terminal shows during and after a run: ``--display rich|plain|none``.
+
+- ``rich``: an overall bar and one bar per strategy, each with an ETA computed from the
+  cells finished in this invocation (cells resumed from disk do not count as speed).
+- ``plain``: one line per finished cell, flushed at once: for CI logs and pipes. It is
+  what ``auto`` (the default) picks when stderr is not a terminal.
+- ``none``: no progress; only the one-line summary and what stopped a run.
+
+After the run (``rich`` and ``plain``): a strategy x budget table of quality with its 95%
+interval and the violation and error counts, the error causes grouped with counts, and
+the served-count audit (server's ``usage.prompt_tokens`` against our count).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+DISPLAYS = ("auto", "rich", "plain", "none")
+OVERALL = "all"
+
+
+def choose_display(requested: str, stream: Any = None) -> str:
+    """``auto`` is ``rich`` on a terminal, ``plain`` otherwise (CI logs, pipes, files)."""
+    if requested != "auto":
+        return requested
+    stream = stream or sys.stderr
+    return "rich" if getattr(stream, "isatty", lambda: False)() else "plain"
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "eta --"
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"eta {hours}:{minutes:02d}:{secs:02d}" if hours else f"eta {minutes}:{secs:02d}"
+
+
+@dataclass
+class _Counter:
+    """Cells of one bar: total, already done on disk, finished now, and when."""
+
+    total: int
+    skipped: int = 0
+    finished: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+
+    @property
+    def done(self) -> int:
+        return self.skipped + self.finished
+
+    def eta(self, started: float, now: float) -> float | None:
+        """Time per finished cell so far times the cells left, minus the time since the last one."""
+        if not self.finished or self.last_at is None:
+            return None
+        remaining = self.total - self.done
+        if remaining <= 0:
+            return 0.0
+        per_cell = (self.last_at - started) / self.finished
+        return max(0.0, per_cell * remaining - (now - self.last_at))
+
+
+class _EtaColumn(ProgressColumn):
+    def __init__(self, display: Display) -> None:
+        super().__init__()
+        self.display = display
+
+    def render(self, task) -> Text:
+        counter = self.display.counters.get(task.fields.get("key"))
+        if counter is None:
+            return Text("")
+        return Text(format_eta(counter.eta(self.display.started, time.monotonic())), style="progress.remaining")
+
+
+@dataclass
+class Display:
+    """Receives the runner's callbacks; ``start`` before the first cell, ``close`` after the last."""
+
+    mode: str
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    stream: Any = None
+
+    def __post_init__(self) -> None:
+        self.stream = self.stream or sys.stderr
+        self.counters: dict[str, _Counter] = {}
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._progress: Progress | None = None
+        self._tasks: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- runner callbacks
+
+    def start(self, total: int, per_strategy: dict[str, int]) -> None:
+        self.started = time.monotonic()
+        self.counters = {OVERALL: _Counter(total), **{name: _Counter(n) for name, n in per_strategy.items()}}
+        if self.mode == "rich":
+            width = max(len(OVERALL), *(len(name) for name in per_strategy)) + 1
+            self._progress = Progress(
+                TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), _EtaColumn(self), console=self.console, transient=False)
+            self._progress.start()
+            self._tasks[OVERALL] = self._progress.add_task(OVERALL, total=total, key=OVERALL)
+            for name, cells in per_strategy.items():
+                self._tasks[name] = self._progress.add_task(name, total=cells, key=name)
+        elif self.mode == "plain":
+            self._write(f"run: {total} cells ({', '.join(f'{s} {n}' for s, n in per_strategy.items())})")
+
+    def cell(self, strategy: str, row: dict[str, Any] | None = None, skipped: bool = False) -> None:
+        """One cell finished (``row`` is its terminal event), or was found done on disk (``skipped``)."""
+        now = time.monotonic()
+        with self._lock:
+            for key in (OVERALL, strategy):
+                counter = self.counters.setdefault(key, _Counter(0))
+                if skipped:
+                    counter.skipped += 1
+                else:
+                    counter.finished += 1
+                    counter.first_at = counter.first_at or now
+                    counter.last_at = now
+            if self._progress is not None:
+                for key in (OVERALL, strategy):
+                    if key in self._tasks:
+                        self._progress.advance(self._tasks[key], 1)
+            elif self.mode == "plain" and not skipped:
+                self._write(self._cell_line(strategy, row, now))
+
+    def skipped_summary(self) -> None:
+        overall = self.counters.get(OVERALL)
+        if self.mode == "plain" and overall and overall.skipped:
+            self._write(f"resumed: {overall.skipped} cells already done")
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    # ----------------------------------------------------------------- plain lines
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _cell_line(self, strategy: str, row: dict[str, Any] | None, now: float) -> str:
+        overall = self.counters[OVERALL]
+        share = 100 * overall.done / overall.total if overall.total else 100
+        width = len(str(overall.total))
+        head = f"[{overall.done:>{width}}/{overall.total} {share:3.0f}%]"
+        if row is None:
+            return f"{head} {strategy}: cell done  {format_eta(overall.eta(self.started, now))}"
+        where = f"{strategy} b={row.get('budget')} r{row.get('repeat', 0)} {row.get('item_id')}"
+        event = row.get("event")
+        if event == "result":
+            what = f"result quality={row.get('quality', 0):.2f} prompt={row.get('prompt_tokens')}"
+            if row.get("latency_s") is not None and not row.get("cached"):
+                what += f" {row['latency_s']:.1f}s"
+        elif event == "violation":
+            what = f"violation prompt={row.get('prompt_tokens')}>{row.get('budget')}"
+        else:
+            what = f"error ({row.get('phase', '?')}): {_short(str(row.get('cause', '')), 100)}"
+        return f"{head} {where}  {what}  {format_eta(overall.eta(self.started, now))}"
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ----------------------------------------------------------------- after the run
+
+
+def _cause_group(row: dict[str, Any]) -> str:
+    """An error cause without what differs from cell to cell (item id, numbers in addresses)."""
+    cause = str(row.get("cause", "unknown"))
+    item = str(row.get("item_id", ""))
+    if item:
+        cause = cause.replace(repr(item), "<item>").replace(item, "<item>")
+    cause = re.sub(r"0x[0-9a-f]+", "0x…", cause)
+    return f"{row.get('phase', '?')}: {_short(cause, 160)}"
+
+
+@dataclass
+class RunOutcome:
+    """What the final table shows, computed from the run's terminal rows."""
+
+    budgets: list[int]
+    strategies: list[str]
+    cells: dict[tuple[str, int], dict[str, Any]]
+    errors: list[tuple[str, int]]
+    audit_checked: int
+    audit_mismatched: int
+    audit_example: str | None
+
+
+def outcome(rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list[int], binary: bool) -> RunOutcome:
+    from .report.stats import estimate
+
+    per_item: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    counts: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    causes: Counter = Counter()
+    checked = mismatched = 0
+    example = None
+    for row in rows:
+        key = (row["strategy"], int(row["budget"]))
+        event = row["event"]
+        counts[key][event] += 1
+        if event in ("result", "violation"):
+            per_item[key][str(row["item_id"])].append(float(row.get("quality") or 0.0))
+        else:
+            causes[_cause_group(row)] += 1
+        served = row.get("served_prompt_tokens")
+        if event == "result" and served is not None:
+            checked += 1
+            if served != row.get("prompt_tokens"):
+                mismatched += 1
+                example = example or (f"{served:,} served vs {row.get('prompt_tokens'):,} counted at "
+                                      f"{row['strategy']}@{row['budget']}, item {row['item_id']}")
+    cells = {}
+    for key in {*per_item, *counts}:
+        values = [sum(v) / len(v) for v in per_item[key].values()]
+        cells[key] = {"estimate": estimate(values, binary) if values else None, **counts[key]}
+    return RunOutcome(budgets, strategies, cells, causes.most_common(), checked, mismatched, example)
+
+
+def outcome_table(result: RunOutcome) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("strategy", no_wrap=True)
+    for budget in result.budgets:
+        table.add_column(str(budget), justify="right")
+    for strategy in result.strategies:
+        cells = []
+        for budget in result.budgets:
+            cell = result.cells.get((strategy, budget))
+            if not cell:
+                cells.append("-")
+                continue
+            estimate = cell["estimate"]
+            lines = [f"{estimate.mean:.2f}", f"{estimate.low:.2f}-{estimate.high:.2f}"] if estimate else ["-"]
+            marks = " ".join(f"{cell.get(k, 0)}{k[0]}" for k in ("violation", "error") if cell.get(k))
+            if marks:
+                lines.append(marks)
+            cells.append("\n".join(lines))
+        table.add_row(strategy, *cells)
+    return table
+
+
+def print_outcome(console: Console, result: RunOutcome) -> None:
+    """The table, the grouped error causes and the served-count audit."""
+    console.print("quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
+                  "(left out; run again to retry them)", soft_wrap=True, highlight=False)
+    console.print(outcome_table(result))
+    if result.errors:
+        console.print(f"[red]errors[/] ({sum(n for _, n in result.errors)} cells, by cause):")
+        for cause, n in result.errors[:8]:
+            console.print(f"  {n:>4} x {cause}", markup=False, highlight=False)
+        if len(result.errors) > 8:
+            console.print(f"  ... and {len(result.errors) - 8} other causes (report: errors.csv)")
+    if not result.audit_checked:
+        console.print("served-count audit: the server reported no prompt usage, so our counts are unchecked")
+    elif result.audit_mismatched:
+        console.print(f"[yellow]served-count audit: {result.audit_mismatched} of {result.audit_checked} calls "
+                      f"disagree[/] (e.g. {result.audit_example}): the tokenizer is not the served model's, or "
+                      "the server changed the prompt (Ollama cuts prompts to num_ctx)", highlight=False)
+    else:
+        console.print(f"served-count audit: the server's prompt count matched ours on all {result.audit_checked} calls")
