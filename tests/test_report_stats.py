@@ -14,7 +14,7 @@ from budgetbench_core.report.stats import bounded_t, estimate, paired_delta, ver
 from budgetbench_core.report.tables import cell_summary, item_values, parse_reference
 
 
-def test_wilson_known_values():
+def test_defect_09_wilson_known_values():
     low, high = wilson(8, 10)
     # Wilson's lower bound; the upper is Brown-Cai-DasGupta's Poisson bound for 2 failures of 10.
     assert round(low, 3) == 0.490 and round(high, 3) == 0.964
@@ -97,7 +97,7 @@ def _row(event, item, repeat=0, quality=None, **extra):
     return row | extra
 
 
-def test_item_values_average_repeats_and_never_score_errors():
+def test_defect_08_item_values_average_repeats_and_never_score_errors():
     rows = [_row("result", "a", 0, 1.0, prompt_tokens=90), _row("result", "a", 1, 0.0, prompt_tokens=80),
             _row("violation", "b", 0, 0, prompt_tokens=120), _row("result", "b", 1, 1.0, prompt_tokens=95),
             _row("error", "c", 0, phase="model", cause="boom"), _row("error", "c", 1, phase="model", cause="boom")]
@@ -148,21 +148,70 @@ def test_report_of_a_directory_that_is_not_a_run(tmp_path):
         write_report(tmp_path, formats=["pdf"])
 
 
-def _cell(strategy, budget, quality, low, high):
+def _cell(strategy, budget, quality, low, high, violations=0):
     return {"task": "t", "strategy": strategy, "budget": budget, "quality_all": quality,
-            "quality_all_low": low, "quality_all_high": high}
+            "quality_all_low": low, "quality_all_high": high, "violations": violations}
 
 
-def test_crossovers_and_non_monotone_curves_are_called_out():
-    from budgetbench_core.report.tables import crossovers, non_monotone
+def _grids(per_cell: dict[tuple[str, int], list[float]], violations: dict[tuple[str, int], int] | None = None):
+    from budgetbench_core.report.pivot import best_at_each_budget
+
+    violations = violations or {}
+    summary = [_cell(s, b, float(np.mean(v)), 0, 1, violations.get((s, b), 0)) for (s, b), v in per_cell.items()]
+    return best_at_each_budget(summary, lambda cell: {str(i): x for i, x in enumerate(per_cell[cell[1:]])})
+
+
+def test_crossover_only_where_paired_deltas_separate_and_ties_are_ties():
+    from budgetbench_core.report.tables import crossovers
+
+    ones, zeros, mixed = [1.0] * 30, [0.0] * 30, [1.0, 0.0] * 15
+    grids = _grids({("rag", 512): ones, ("recency", 512): zeros,
+                    ("rag", 1024): mixed, ("recency", 1024): ones,
+                    ("rag", 2048): ones, ("recency", 2048): ones[:29] + [0.0]})
+    notes = crossovers(grids)
+    assert notes[0] == ("t: crossover, the best strategy changes from rag at budget 512 to recency at budget 1024 "
+                        "(each distinguished from every other strategy by paired deltas).")
+    assert "t: tie (not distinguished, no best strategy) at budget 2048 (rag, recency)." in notes
+    # 1024 -> 2048 is not a crossover: 2048 is a tie.
+    assert sum("crossover" in n for n in notes) == 1
+
+
+def test_a_three_way_tie_at_zero_is_no_crossover_and_violators_are_never_best():
+    from budgetbench_core.report.tables import crossovers
+
+    zeros = [0.0] * 6
+    grids = _grids({(s, b): zeros for s in ("a", "b", "c") for b in (512, 1024)}, violations={("c", 512): 6})
+    notes = crossovers(grids)
+    assert notes[0].startswith("No crossover")
+    assert "t: tie (not distinguished, no best strategy) at budget 512 (a, b); 1024 (a, b, c)." in notes
+    assert "t: never called best because they exceeded the budget: at budget 512 (c)." in notes
+    # A violator with the highest admitted quality is still not the best.
+    grids = _grids({("a", 512): [0.0] * 30, ("c", 512): [1.0] * 30}, violations={("c", 512): 3})
+    assert grids[0]["best"][512]["strategies"] == ["a"] and grids[0]["best"][512]["excluded"] == ["c"]
+    # Too few items to rank is said so.
+    grids = _grids({("a", 512): [1.0, 1.0], ("b", 512): [0.0, 0.0]})
+    assert "t: too few items to rank at budget 512 (a, b)." in crossovers(grids)
+
+
+def test_latency_percentiles_only_over_rows_that_called_the_model():
+    rows = [_row("result", "a", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=False),
+            _row("result", "b", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
+            _row("result", "c", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
+            _row("result", "d", 0, 1.0, prompt_tokens=10, latency_s=1.0, cached=False),
+            _row("violation", "e", 0, 0, prompt_tokens=120)]
+    summary = cell_summary(rows, binary=True, budget=100)
+    assert summary["model_calls"] == 2 and summary["cache_hits"] == 2
+    assert summary["latency_p50_s"] == pytest.approx((29.6 + 1.0) / 2)  # not 29.6: the hits are not calls
+
+
+def test_non_monotone_curves_are_called_out():
+    from budgetbench_core.report.tables import non_monotone
 
     summary = [_cell("rag", 512, 0.6, 0.5, 0.7), _cell("rag", 1024, 0.62, 0.52, 0.72), _cell("rag", 2048, 0.3, 0.2, 0.4),
                _cell("recency", 512, 0.4, 0.3, 0.5), _cell("recency", 1024, 0.5, 0.4, 0.6),
                _cell("recency", 2048, 0.7, 0.6, 0.8)]
-    assert crossovers(summary) == ["t: the best strategy changes between budget 1024 (rag, 0.620) and budget 2048 "
-                                   "(recency, 0.700)."]
-    assert non_monotone(summary) == ["t: rag drops from 0.620 at budget 1024 to 0.300 at budget 2048 "
-                                     "(intervals do not overlap)."]
+    assert non_monotone(summary) == [("t: rag drops from 0.620 at budget 1024 to 0.300 at budget 2048 "
+                                      "(intervals do not overlap).")]
     summary[2] = _cell("rag", 2048, 0.55, 0.45, 0.65)
-    assert non_monotone(summary) == ["t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 "
-                                     "(intervals overlap: not distinguished)."]
+    assert non_monotone(summary) == [("t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 "
+                                      "(intervals overlap: not distinguished).")]

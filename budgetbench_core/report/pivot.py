@@ -35,8 +35,11 @@ def best_at_each_budget(summary: list[dict[str, Any]], values: Values, metric: s
         best = {}
         for budget in budgets:
             here = [r for r in rows if r["budget"] == budget and _finite(r.get(metric))]
+            excluded = [r["strategy"] for r in here if r.get("violations")]  # over budget: never best
+            here = [r for r in here if not r.get("violations")]
             if not here:
-                best[budget] = {"status": "none", "strategies": [], "text": "nothing scored"}
+                best[budget] = {"status": "none", "strategies": [], "excluded": excluded,
+                                "text": "every strategy exceeded the budget" if excluded else "nothing scored"}
                 continue
             top = max(here, key=lambda r: r[metric])
             top_values = values((task, top["strategy"], budget))
@@ -56,7 +59,7 @@ def best_at_each_budget(summary: list[dict[str, Any]], values: Values, metric: s
                 status, text = "too few items", f"too few items to rank {', '.join(tied)}"
             else:
                 status, text = "tied", f"tie: {', '.join(tied)} (not distinguished)"
-            best[budget] = {"status": status, "strategies": tied, "text": text}
+            best[budget] = {"status": status, "strategies": tied, "excluded": excluded, "text": text}
         grids.append({"task": task, "strategies": strategies, "budgets": budgets, "cells": cells, "best": best,
                       "metric": metric})
     return grids

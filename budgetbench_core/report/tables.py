@@ -9,6 +9,7 @@ How rows are scored (stated in every output):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -74,6 +75,8 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
     costs = [r["cost"] for r in results if r.get("cost") is not None]
     served = [r["served_prompt_tokens"] for r in results if r.get("served_prompt_tokens") is not None]
     completion = [r["completion_tokens"] for r in results if r.get("completion_tokens") is not None]
+    # A cache hit carries the original call's latency: counting it again would weigh one call twice.
+    called = [r for r in results if not r.get("cached")]
     return {
         "n_items": len({str(r["item_id"]) for r in rows}),
         "repeats": len({int(r["repeat"]) for r in rows}),
@@ -90,8 +93,10 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "used_tokens_max": _max(used),
         "utilisation_mean": _mean(used) / budget if used else math.nan,
         "utilisation_max": _max(used) / budget if used else math.nan,
-        "latency_p50_s": stats.percentile([r.get("latency_s") for r in results], 50),
-        "latency_p95_s": stats.percentile([r.get("latency_s") for r in results], 95),
+        "model_calls": len(called),
+        "cache_hits": len(results) - len(called),
+        "latency_p50_s": stats.percentile([r.get("latency_s") for r in called], 50),
+        "latency_p95_s": stats.percentile([r.get("latency_s") for r in called], 95),
         "strategy_p50_s": stats.percentile([r.get("strategy_s") for r in rows], 50),
         "strategy_p95_s": stats.percentile([r.get("strategy_s") for r in rows], 95),
         "served_prompt_tokens": int(sum(served)),
@@ -202,22 +207,33 @@ def error_table(data: RunData) -> list[dict[str, Any]]:
             for k, row in sorted(data.rows.items()) if row["event"] == "error"]
 
 
-def crossovers(summary: list[dict[str, Any]]) -> list[str]:
-    """Budget tiers where the best strategy (by quality over all items) changes."""
+def crossovers(grids: list[dict[str, Any]]) -> list[str]:
+    """Findings from the best-at-each-budget grids (``pivot.best_at_each_budget``).
+
+    A crossover is two consecutive budgets whose best strategies differ *and* are each
+    distinguished from every other strategy; a tie or a cell with too few items is named as
+    such, never ranked; a strategy that exceeded the budget is never called best.
+    """
     notes = []
-    for task in sorted({r["task"] for r in summary}):
-        best_by_budget = []
-        for budget in sorted({r["budget"] for r in summary if r["task"] == task}):
-            cells = [r for r in summary if r["task"] == task and r["budget"] == budget
-                     and not math.isnan(r["quality_all"])]
-            if not cells:
-                continue
-            top = max(r["quality_all"] for r in cells)
-            best_by_budget.append((budget, sorted(r["strategy"] for r in cells if r["quality_all"] == top), top))
-        for (b1, s1, q1), (b2, s2, q2) in zip(best_by_budget, best_by_budget[1:]):
-            if s1 != s2:
-                notes.append(f"{task}: the best strategy changes between budget {b1} ({', '.join(s1)}, {q1:.3f}) "
-                             f"and budget {b2} ({', '.join(s2)}, {q2:.3f}).")
+    for grid in grids:
+        task, best = grid["task"], grid["best"]
+        budgets = [b for b in grid["budgets"] if best[b]["status"] != "none" or best[b].get("excluded")]
+        for b1, b2 in itertools.pairwise(budgets):
+            first, second = best[b1], best[b2]
+            if first["status"] == second["status"] == "best" and first["strategies"] != second["strategies"]:
+                notes.append(f"{task}: crossover, the best strategy changes from {first['strategies'][0]} at budget "
+                             f"{b1} to {second['strategies'][0]} at budget {b2} (each distinguished from every other "
+                             "strategy by paired deltas).")
+        for status, words in (("tied", "tie (not distinguished, no best strategy)"),
+                              ("too few items", "too few items to rank")):
+            where = [f"{b} ({', '.join(best[b]['strategies'])})" for b in budgets if best[b]["status"] == status]
+            if where:
+                notes.append(f"{task}: {words} at budget {'; '.join(where)}.")
+        excluded = [f"{b} ({', '.join(best[b]['excluded'])})" for b in budgets if best[b].get("excluded")]
+        if excluded:
+            notes.append(f"{task}: never called best because they exceeded the budget: at budget {'; '.join(excluded)}.")
+    if not any("crossover" in note for note in notes):
+        notes.insert(0, "No crossover: no two budgets have different strategies each distinguished best.")
     return notes
 
 
@@ -226,7 +242,7 @@ def non_monotone(summary: list[dict[str, Any]]) -> list[str]:
     notes = []
     for task, strategy in sorted({(r["task"], r["strategy"]) for r in summary}):
         curve = sorted((r["budget"], r) for r in summary if r["task"] == task and r["strategy"] == strategy)
-        for (b1, r1), (b2, r2) in zip(curve, curve[1:]):
+        for (b1, r1), (b2, r2) in itertools.pairwise(curve):
             if r2["quality_all"] < r1["quality_all"]:
                 overlap = r2["quality_all_high"] >= r1["quality_all_low"]
                 notes.append(f"{task}: {strategy} drops from {r1['quality_all']:.3f} at budget {b1} to "

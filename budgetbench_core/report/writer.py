@@ -13,6 +13,7 @@ from typing import Any
 from . import FORMATS, tables
 from .data import ReportError, RunData, load_run
 from .html import fmt, item_page_name, write_html
+from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .pivot import best_at_each_budget
 from .plots import write_plots
 
@@ -37,20 +38,24 @@ def _without_nan(value: Any) -> Any:
     return value
 
 
-def _findings(data: RunData, summary, paired, errors, mismatches) -> list[str]:
+def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list[str]:
     findings = []
     if data.approximate:
         findings.append("Token counts are APPROXIMATE: at least one row was counted with an approximate tokenizer; "
                         "every table is labelled so.")
-    findings += tables.crossovers(summary) or ["No crossover: the same strategy is best (by point estimate) at every budget."]
+    findings += tables.crossovers(pivot)
     findings += tables.non_monotone(summary) or ["Every strategy's quality is non-decreasing in the budget."]
-    distinguished = [r for r in paired if r["result"] != "not distinguished"]
+    distinguished = [r for r in paired if r["result"] in ("higher", "lower")]
     for row in distinguished:
         findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} is {row['result']} than {row['reference']} "
                         f"by {row['delta']:+.3f} [{row['delta_low']:+.3f}, {row['delta_high']:+.3f}] over "
                         f"{row['paired_items']} paired items.")
     if paired and not distinguished:
         findings.append("No paired difference is distinguished from zero at 95%: the report makes no ranking claim.")
+    few = [r for r in paired if r["result"] == "too few items"]
+    if few:
+        findings.append(f"{len(few)} paired comparisons have too few items for a verdict (fewer than "
+                        f"{tables.stats.MIN_PAIRED_ITEMS}); the most needed: {max(r['needed_items'] for r in few)} items.")
     for row in summary:
         if row["violations"]:
             findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
@@ -98,11 +103,80 @@ def run_header(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _with_category_evidence(data: RunData, categories: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells = data.cells()
+    for row in categories:
+        rows = [r for r in cells[(row["task"], row["strategy"], row["budget"])]
+                if (r.get("category") or "(none)") == row["category"]]
+        row.update(evidence_columns(rows))
+    return categories
+
+
+def is_prompts_only(data: RunData) -> bool:
+    """A prompts-only run (``budgetbench run --prompts-only``): no model call, no quality."""
+    return bool(data.manifest.get("config", {}).get("prompts_only")) or any(
+        r["event"] == "admitted" for r in data.rows.values())
+
+
+def _prompts_only_tables(data: RunData) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(summary, categories) of a prompts-only run: compliance, budget use, evidence recall."""
+    summary, categories = [], []
+    for (task, strategy, budget), rows in data.cells().items():
+        regime = (data.manifest.get("strategies", {}).get(strategy) or {}).get("regime")
+        summary.append({"task": task, "strategy": strategy, "regime": regime, "budget": budget,
+                        **prompts_only_summary(rows, budget), "approximate_counts": data.approximate})
+        by_category: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_category.setdefault(row.get("category") or "(none)", []).append(row)
+        for category, category_rows in sorted(by_category.items()):
+            categories.append({"task": task, "category": category, "strategy": strategy, "budget": budget,
+                               **prompts_only_summary(category_rows, budget), "approximate_counts": data.approximate})
+    return summary, sorted(categories, key=lambda r: (r["task"], r["category"]))
+
+
+def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors) -> list[str]:
+    findings = ["Prompts-only run: strategies, the budget gate, the audit and evidence recall ran for every cell; "
+                "no model was called, so there is no quality, latency or served-count figure."]
+    findings += tables.crossovers(pivot)
+    for row in summary:
+        if row["violations"]:
+            findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
+                            f"{row['violations']} of {row['admitted'] + row['violations']} prompts.")
+    if not any(r["evidence_all_n"] for r in summary):
+        findings.append("The task marks no evidence: no evidence recall is reported.")
+    if errors:
+        findings.append(f"{len(errors)} error rows (listed under Errors): "
+                        + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
+    return findings
+
+
 def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]:
     """Everything the outputs show, as plain data (also the JSON report)."""
-    summary = tables.summary_table(data)
     cells = data.cells()
+    prompts_only = is_prompts_only(data)
+    evidence = has_evidence(data.rows.values())
+    if prompts_only:
+        summary, categories = _prompts_only_tables(data)
+        pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+        evidence_pivot = []
+        errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
+        return {
+            "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
+            "run_dir": str(data.run_dir), "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "manifest": data.manifest, "header": run_header(data.manifest), "prompts_only": True,
+            "evidence": evidence, "pivot": pivot, "evidence_pivot": evidence_pivot,
+            "approximate": data.approximate, "error_policy": tables.ERROR_POLICY, "reference": reference,
+            "summary": summary, "paired": [], "categories": categories, "errors": errors, "ingest_lost": [],
+            "served_mismatches": [], "served_checked": 0, "served_unreported": 0,
+            "findings": _prompts_only_findings(summary, pivot, errors),
+        }
+    summary = tables.summary_table(data)
+    if evidence:
+        for row in summary:
+            row.update(evidence_columns(cells[(row["task"], row["strategy"], row["budget"])]))
     pivot = best_at_each_budget(summary, lambda cell: tables.item_values(cells.get(cell, [])))
+    evidence_pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0],
+                                         "evidence_all") if evidence else []
     paired = tables.paired_table(data, reference)
     errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
     mismatches = [{"task": r["task"], "strategy": r["strategy"], "budget": r["budget"], "repeat": r["repeat"],
@@ -119,19 +193,23 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "manifest": data.manifest,
         "header": run_header(data.manifest),
+        "prompts_only": False,
+        "evidence": evidence,
         "pivot": pivot,
+        "evidence_pivot": evidence_pivot,
         "approximate": data.approximate,
         "error_policy": tables.ERROR_POLICY,
         "reference": reference,
         "summary": summary,
         "paired": paired,
-        "categories": tables.category_table(data),
+        "categories": _with_category_evidence(data, tables.category_table(data)) if evidence
+        else tables.category_table(data),
         "errors": errors,
         "ingest_lost": ingest_lost,
         "served_mismatches": mismatches,
         "served_checked": served_checked,
         "served_unreported": data.served_unreported(),
-        "findings": _findings(data, summary, paired, errors, mismatches),
+        "findings": _findings(data, summary, paired, errors, mismatches, pivot),
     }
 
 
@@ -152,8 +230,11 @@ def _markdown(context: dict[str, Any]) -> str:
 
     lines = [f"# BudgetBench report: {context['title']}", ""]
     lines += [f"- {name}: {value}" for name, value in context["header"].items()] + [""]
-    for grid in context["pivot"]:
-        lines += [f"## Best at each budget: {grid['task']}{note}", "",
+    if context["prompts_only"]:
+        lines += ["**Prompts-only run**: no model was called; evidence recall, compliance and budget use only.", ""]
+    for grid in context["pivot"] + context["evidence_pivot"]:
+        what = "quality" if grid["metric"] == "quality_all" else "evidence recall (all evidence kept)"
+        lines += [f"## Best at each budget, {what}: {grid['task']}{note}", "",
                   "| strategy | " + " | ".join(str(b) for b in grid["budgets"]) + " |",
                   "|---|" + "---|" * len(grid["budgets"])]
         for strategy in grid["strategies"]:
@@ -164,16 +245,28 @@ def _markdown(context: dict[str, Any]) -> str:
     if context["approximate"]:
         lines += ["**Approximate token counts**: every table below is approximate.", ""]
     lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
+    evidence = ["evidence_all", "evidence_all_low", "evidence_all_high", "evidence_all_n", "evidence_share",
+                "evidence_share_low", "evidence_share_high"] if context["evidence"] else []
+    if context["prompts_only"]:
+        lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
+            "task", "strategy", "budget", "n_items", "admitted", "violations", "errors", "violation_rate", *evidence,
+            "utilisation_mean", "utilisation_max", "strategy_p50_s"])
+        lines += [f"## Per category{note}", ""] + table(context["categories"], [
+            "task", "category", "strategy", "budget", "n_items", "violations", *evidence[:4]])
+        if context["errors"]:
+            lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase",
+                                                                   "cause"])
+        return "\n".join(lines)
     lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
         "task", "strategy", "budget", "n_items", "violations", "errors", "violation_rate", "quality_all",
         "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
-        "utilisation_mean", "latency_p50_s", "latency_p95_s", "strategy_p50_s"])
+        *evidence[:4], "utilisation_mean", "latency_p50_s", "latency_p95_s", "strategy_p50_s"])
     lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
         "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
         "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
     lines += [f"## Per category{note}", ""] + table(context["categories"], [
         "task", "category", "strategy", "budget", "n_items", "violations", "quality_all", "quality_all_low",
-        "quality_all_high", "quality_admitted"])
+        "quality_all_high", "quality_admitted", *evidence[:1]])
     if context["errors"]:
         lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"])
     return "\n".join(lines)
@@ -190,7 +283,8 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
     out = data.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    plots = write_plots(context["summary"], out, data.approximate, context["categories"])
+    plots = write_plots(context["summary"], out, data.approximate, context["categories"],
+                        "evidence_all" if context["prompts_only"] else "quality_all")
     paths.update({f"plot_{name}": path for name, path in plots.items()})
     if "csv" in formats:
         paths["summary_csv"] = _write_csv(out / "summary.csv", context["summary"], ["task", "strategy", "budget"])
