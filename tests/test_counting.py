@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

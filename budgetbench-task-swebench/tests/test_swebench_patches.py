@@ -46,7 +46,7 @@ def test_partial_patch_scores_between():
     assert 0.0 < quality < 1.0 and 0.0 < detail["file_recall"] < 1.0 and 0.0 < detail["line_f1"] < 1.0
 
 
-def test_prefixes_are_removed_as_prefixes_never_as_character_sets():
+def test_defect_12_prefixes_are_removed_as_prefixes_never_as_character_sets():
     assert strip_prefix("b/build/a.py") == "build/a.py"
     assert strip_prefix("a/abc/b.py") == "abc/b.py"
     assert strip_prefix("build/a.py") == "build/a.py"

@@ -4,9 +4,9 @@ fits exists, counted exactly with a real chat template.
 The tokenizer is SmolLM2's own (vocabulary and Jinja chat template read from the GGUF
 the embedded model ships in, through transformers): exact, and not additive, since the
 template inserts a default system prompt when an item has none. Histories mix languages,
-emoji, blank messages and literal template tokens. ``summary_buffer`` is left out: its
-prompts depend on a model's summaries, and its auxiliary prompts are budget-checked by
-the runner itself.
+emoji, blank messages and literal template tokens. ``summary_buffer`` is in: its
+summariser answers with as many tokens as it is allowed (the worst case for its minimum
+summary section, defect 10), and each summary prompt must pass the runner's own gate.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from budgetbench_core import Item, Message, PromptCounter, StrategyContext
-from budgetbench_core.builtin.strategies import Checkpoint, FullContext, Recency, Truncation
+from budgetbench_core import AuxiliaryBudgetError, Item, Message, PromptCounter, StrategyContext
+from budgetbench_core.builtin.strategies import Checkpoint, FullContext, Recency, SummaryBuffer, Truncation
+from budgetbench_core.gate import gate
 
 CASES = 10_000
-STRATEGIES = (Truncation, Recency, Checkpoint, FullContext)
+STRATEGIES = (Truncation, Recency, Checkpoint, FullContext, SummaryBuffer)
 EXAMPLES = CASES // len(STRATEGIES)
 WORDS = ["the", "dog", "Lisbon", "moved", "on", "2023-04-01", "favourite", "tea", "is", "my", "name", "Amara",
          "Привет", "東京の天気", "🍕🚲", "👩‍👩‍👧‍👦", "ünïcödé", "12,50 €", "<|im_end|>", "<|im_start|>user", "\n", "\t",
@@ -29,21 +30,15 @@ WORDS = ["the", "dog", "Lisbon", "moved", "on", "2023-04-01", "favourite", "tea"
 
 
 @pytest.fixture(scope="module")
-def smollm2_tokenizer():
+def smollm2_tokenizer(budgetbench_counter):
     """SmolLM2's own template and vocabulary, asked of the embedded llama.cpp server: exact.
 
     (transformers' conversion of the GGUF, ``gguf:``, is not: it counted 192 where the server
     counted 191 on a prompt with ``<|im_start|>`` inside a message.)
     """
-    from budgetbench_core.builtin.local_backend import LocalBackend
-    from budgetbench_core.builtin.tokenizers import ServerTokenizer
-
-    backend = LocalBackend()
-    backend.start()
-    tokenizer = ServerTokenizer(backend.server_url)
+    tokenizer = budgetbench_counter.tokenizer
     assert tokenizer.info.exact
-    yield tokenizer
-    backend.stop()
+    return tokenizer
 
 
 text = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join)
@@ -61,8 +56,18 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
     counter = PromptCounter(smollm2_tokenizer)
     cases: Counter[str] = Counter()
 
-    def no_auxiliary_calls(messages, max_tokens, purpose):
-        raise AssertionError("these strategies make no model calls")
+    def auxiliary_calls(cls, budget):
+        def no_auxiliary_calls(messages, max_tokens, purpose):
+            raise AssertionError(f"{cls.name} makes no model calls")
+
+        def worst_case_summary(messages, max_tokens, purpose):
+            gated = gate(messages, budget, counter)
+            if not gated.admitted:  # what the runner does: the call is not sent
+                raise AuxiliaryBudgetError(f"{purpose}: {gated.tokens} > {budget}", gated.tokens)
+            cases["summary_buffer auxiliary calls"] += 1
+            return " ".join(["memo"] * max_tokens)
+
+        return worst_case_summary if cls is SummaryBuffer else no_auxiliary_calls
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -73,8 +78,8 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
         # Budgets mostly between the floor and a little above the whole history, where choices matter.
         span = whole + 20 - floor
         for cls, budget in zip(STRATEGIES, (max(1, floor + span * p // 1000) for p in permille)):
-            context = StrategyContext(item=item, budget=budget, counter=counter, complete=no_auxiliary_calls,
-                                      seed=0, run_dir=tmp_path)
+            context = StrategyContext(item=item, budget=budget, counter=counter,
+                                      complete=auxiliary_calls(cls, budget), seed=0, run_dir=tmp_path)
             prompt = cls().apply(item.history, budget, context)
             exact = smollm2_tokenizer.count(prompt)  # counted afresh, no cache
             assert prompt[-1] == item.query and (item.system is None or prompt[0] == item.system)
@@ -88,6 +93,8 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
                 cases[cls.name + " violation"] += 1
 
     check()
+    assert cases["summary_buffer auxiliary calls"] > 0  # summaries were really made and composed
+    cases.pop("summary_buffer auxiliary calls")
     assert sum(cases.values()) >= CASES
     admitted = sum(n for name, n in cases.items() if name.endswith("admitted"))
     assert admitted > CASES // 2  # the budgets were mostly reachable: the property was really exercised

@@ -75,7 +75,7 @@ def test_mem0_ingests_every_session_of_an_oracle_question(ingested, oracle_item)
     assert (context.run_dir / "mem0" / "config.json").is_file()
 
 
-def test_mem0_search_returns_the_requested_count(ingested, oracle_item):
+def test_defect_13_mem0_search_returns_the_requested_count(ingested, oracle_item):
     system, _, context = ingested
     assert len(oracle_item.history) > 12
     for top_k in (5, 12):
@@ -132,7 +132,7 @@ def two_session_item() -> Item:
 
 @pytest.mark.parametrize("faulty_llm, cause", [("reject", "injected 400"), ("garbage", "mem0 logged errors")],
                          indirect=["faulty_llm"])
-def test_failed_adds_are_retried_then_reported_with_their_cause(faulty_llm, tmp_path, cause):
+def test_defect_07_failed_adds_are_retried_then_reported_with_their_cause(faulty_llm, tmp_path, cause):
     server, llm = faulty_llm
     item = two_session_item()
     report = Mem0(infer=True, llm=llm, retries=1).ingest(item.sessions(), context_for(item, tmp_path))

@@ -33,7 +33,7 @@ def test_official_patterns_extract(reply, letter):
     "",
     "   ",
 ])
-def test_no_answer_without_the_official_sentence(reply):
+def test_defect_12_no_answer_without_the_official_sentence(reply):
     assert extract_answer(reply) == (None, None)
 
 

@@ -72,7 +72,7 @@ def test_chunk_cuts_never_split_a_character():
 
 
 @needs_data
-def test_chunking_does_not_depend_on_anything_but_chunk_tokens(items):
+def test_defect_05_chunking_does_not_depend_on_anything_but_chunk_tokens(items):
     again = {i.id: i for i in LongBenchV2(path=str(SAMPLE), category="length").load(3, 7)}
     for item in items:
         if item.id in again:
