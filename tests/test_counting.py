@@ -28,7 +28,7 @@ def test_served_count_audit_agrees_on_embedded_model(local_backend, server_count
         assert completion.prompt_tokens == server_counter.count(prompt)
 
 
-def test_template_tokens_are_counted(server_counter):
+def test_defect_11_template_tokens_are_counted(server_counter):
     """Content-only counting is wrong (defect 11): the template adds tokens per message."""
     prompt = [Message("system", "Be brief."), Message("user", "Hello there")]
     content_only = sum(server_counter.content_tokens(m.content) for m in prompt)
