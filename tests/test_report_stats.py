@@ -215,3 +215,20 @@ def test_non_monotone_curves_are_called_out():
     summary[2] = _cell("rag", 2048, 0.55, 0.45, 0.65)
     assert non_monotone(summary) == [("t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 "
                                       "(intervals overlap: not distinguished).")]
+
+
+def test_an_item_with_no_row_at_all_is_reported_missing(tmp_path):
+    from budgetbench_core.report.data import RunData
+    from budgetbench_core.report.tables import completeness, summary_table
+
+    rows = {("t", s, 100, 0, item): _row("result", item, 0, 1.0, strategy=s, prompt_tokens=10)
+            for s in ("a", "b") for item in ("i1", "i2")}
+    rows[("t", "b", 100, 0, "i2")] = _row("error", "i2", 0, strategy="b", phase="model", cause="down")
+    manifest = {"selected_items": {"t": {"count": 3, "ids": ["i1", "i2", "i3"]}}, "config": {"strategies": ["a", "b"]}}
+    data = RunData(tmp_path, manifest, rows)
+    notes = completeness(data, summary_table(data))
+    assert notes[0] == "t: 1 of the 3 selected items have no row at all (missing): i3."
+    assert notes[1].startswith("t: incomplete run, these cells have rows for fewer than the 3 items selected (manifest)")
+    # Without the manifest's list (an older run) the missing item cannot be seen: only rows count.
+    data.manifest = {"config": {"strategies": ["a", "b"]}}
+    assert completeness(data, summary_table(data)) == []

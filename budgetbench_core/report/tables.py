@@ -249,3 +249,29 @@ def non_monotone(summary: list[dict[str, Any]]) -> list[str]:
                              f"{r2['quality_all']:.3f} at budget {b2}"
                              + (" (intervals overlap: not distinguished)." if overlap else " (intervals do not overlap)."))
     return notes
+
+
+def completeness(data: RunData, summary: list[dict[str, Any]]) -> list[str]:
+    """Items the run selected but has no row for, and cells with rows for fewer items.
+
+    The selection is the manifest's ``selected_items`` (ids per task, written by the runner);
+    a run made before it was recorded falls back to the items seen in any row, which cannot
+    see an item whose every cell failed before writing a row.
+    """
+    notes = []
+    selected = data.manifest.get("selected_items") or {}
+    for task in sorted({r["task"] for r in summary} | set(selected)):
+        seen = {k[4] for k in data.rows if k[0] == task}
+        recorded = (selected.get(task) or {}).get("ids")
+        expected = {str(i) for i in recorded} if recorded is not None else seen
+        source = "selected (manifest)" if recorded is not None else "seen in any row"
+        missing = sorted(expected - seen)
+        if missing:
+            notes.append(f"{task}: {len(missing)} of the {len(expected)} selected items have no row at all "
+                         f"(missing): {', '.join(missing)}.")
+        short = [f"{r['strategy']}@{r['budget']} ({r['n_items']})" for r in summary
+                 if r["task"] == task and r["n_items"] < len(expected)]
+        if short:
+            notes.append(f"{task}: incomplete run, these cells have rows for fewer than the {len(expected)} items "
+                         f"{source} (run the same command again to finish): {', '.join(short)}.")
+    return notes

@@ -61,13 +61,7 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
             findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
                             f"{row['violations']} of {row['results'] + row['violations']} rows "
                             f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])}).")
-    for task in sorted({r["task"] for r in summary}):
-        expected = len({k[4] for k in data.rows if k[0] == task})
-        short = [f"{r['strategy']}@{r['budget']} ({r['n_items']})" for r in summary
-                 if r["task"] == task and r["n_items"] < expected]
-        if short:
-            findings.append(f"{task}: incomplete run, these cells have rows for fewer than the task's {expected} items "
-                            f"(run the same command again to finish): {', '.join(short)}.")
+    findings += tables.completeness(data, summary)
     if errors:
         findings.append(f"{len(errors)} error rows (not scored; listed under Errors): "
                         + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
