@@ -94,7 +94,7 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
     if not rows:
         click.echo(f"{pilot_dir}: fewer than two strategies at every tier: nothing to pair")
         return
-    goal = (f"non-inferiority at margin {margin:g} (lower bound of the paired delta above {-margin:g})"
+    goal = (f"show non-inferiority at margin {margin:g} (lower bound of the paired delta above {-margin:g})"
             if margin is not None else "detect a difference (paired interval excludes 0)")
     console = Console(width=max(100, Console().width))
     console.print(f"{pilot_dir}: items needed to {goal} with {power:.0%} power at {confidence:.0%} confidence")
@@ -105,8 +105,10 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
         for r in (r for r in rows if (r["task"], r["budget"]) == (task, budget)):
             spread = "–" if r["spread"] != r["spread"] else f"{r['spread_kind']} {r['spread']:.3f}"
             table.add_row(r["candidate"], r["reference"], str(r["pilot_items"]), f"{r['observed_delta']:+.3f}",
-                          spread, f"{r['effect']:.3f}", str(r["needed"]) if r["needed"] else r["reason"])
+                          spread, f"{r['effect']:.3f}", str(r["needed"]) if r["needed"] else "–")
         console.print(table)
+        for r in (r for r in rows if (r["task"], r["budget"]) == (task, budget) and not r["needed"]):
+            console.print(f"  {r['candidate']} vs {r['reference']}: {r['reason']}")
 
 
 @click.command("compare")
