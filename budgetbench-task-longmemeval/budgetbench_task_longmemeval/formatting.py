@@ -7,6 +7,9 @@ strategy keeps or a memory system retrieves still says when it was said. Assista
 turns after the first carry no header: the model would otherwise learn to start its
 own answer with one, and the header would cost tokens twice per exchange.
 
+Turns the dataset flags ``has_answer`` carry the evidence mark (``metadata["evidence"]``, the
+turn's text) that the report's evidence recall checks against each prompt.
+
 The official session ids are kept in metadata only, never in the text: in the official
 files the sessions holding the evidence are named ``answer_...``, which would tell the
 model (and any memory system that showed ids) where the answer is.
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from budgetbench_core import Item, Message
+from budgetbench_core.evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 
 from .loader import is_abstention, parse_date
 
@@ -57,10 +61,12 @@ def to_item(record: dict[str, Any], path: Path, index: int) -> Item:
             content = turn["content"]
             if turn["role"] == "user" or position == 0:
                 content = f"{session_header(number, date)} {content}"
-            history.append(Message(turn["role"], content, {
-                "session_id": sid, "timestamp": date, "session_number": number, "turn": position,
-                "has_answer": bool(turn.get("has_answer", False)),
-            }))
+            metadata = {"session_id": sid, "timestamp": date, "session_number": number, "turn": position,
+                        "has_answer": bool(turn.get("has_answer", False))}
+            if metadata["has_answer"] and turn["content"].strip():
+                # evidence recall (budgetbench_core.evidence): the turn's own text must reach the prompt
+                metadata.update({EVIDENCE_KEY: turn["content"], EVIDENCE_ID_KEY: f"{sid}:{position}"})
+            history.append(Message(turn["role"], content, metadata))
     qid = record["question_id"]
     return Item(
         id=qid,
