@@ -9,7 +9,8 @@ in docs/reading-a-report.md, produced by ``scripts/coverage_table.py``):
   (upper) bound for 1-3 successes (failures), which removes Wilson's coverage dip near 0 and 1;
 - graded cell: a t-interval over the values plus one pseudo-item at each end of the range
   ("bounded t"): never zero-width (three items all 0 no longer give [0, 0]), and it keeps its
-  coverage on 0/1-like values near 0 and 1, where the plain t-interval falls to 21%;
+  coverage on 0/1-like values near 0 and 1, where the plain t-interval and the bootstraps
+  fall to a few percent;
 - paired binary delta: Newcombe's (1998) hybrid score interval for paired proportions, widened
   to include 0 unless the exact sign test on the discordant items gives p < 0.05 (so
   [1, 1, 1, 0] against zeros, p = 0.25, is not a result, and a verdict is exactly "the
