@@ -68,6 +68,19 @@ class Tokenizer(ABC):
         """Tokens of an already rendered prompt (special tokens parsed)."""
         return self.count_text(prompt)
 
+    def count_in_message(self, role: str, content: str) -> int:
+        """Tokens of ``content`` as it is tokenised inside a ``role`` message, for estimates.
+
+        By default the content's own count. A tokenizer that counts a prompt piece by
+        piece returns the piece the content sits in, so that estimates and exact counts
+        share one cache and each message is tokenised once.
+        """
+        return self.count_text(content)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
 
 class PromptCounter:
     """Linear-time prompt estimates from cached per-message counts.
@@ -83,7 +96,8 @@ class PromptCounter:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        self._content_cache: dict[str, int] = {}
+        self._content_cache: dict[bytes, int] = {}
+        self._message_cache: dict[tuple[str, bytes], int] = {}
         self._exact_cache: OrderedDict[tuple, int] = OrderedDict()
         self._role_overhead: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -113,12 +127,21 @@ class PromptCounter:
         return exact
 
     def content_tokens(self, content: str) -> int:
-        key = hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        key = _digest(content)
         cached = self._content_cache.get(key)
         if cached is None:
             cached = self.tokenizer.count_text(content)
             with self._lock:
                 self._content_cache[key] = cached
+        return cached
+
+    def _in_message(self, role: str, content: str) -> int:
+        key = (role, _digest(content))
+        cached = self._message_cache.get(key)
+        if cached is None:
+            cached = self.tokenizer.count_in_message(role, content)
+            with self._lock:
+                self._message_cache[key] = cached
         return cached
 
     def _overhead(self, role: str) -> int:
@@ -132,14 +155,14 @@ class PromptCounter:
             closing = [Message("user", self._PROBE)]
             without = self.tokenizer.count(closing)
             with_role = self.tokenizer.count([Message(role, self._PROBE), *closing])
-            overhead = with_role - without - self.content_tokens(self._PROBE)
+            overhead = with_role - without - self._in_message(role, self._PROBE)
             with self._lock:
                 self._role_overhead[role] = overhead
         return self._role_overhead[role]
 
     def message_tokens(self, message: Message) -> int:
         """Estimated tokens one message adds to a prompt (content plus its template)."""
-        return self.content_tokens(message.content) + self._overhead(message.role)
+        return self._in_message(message.role, message.content) + self._overhead(message.role)
 
     @property
     def base(self) -> int:

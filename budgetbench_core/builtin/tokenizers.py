@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -12,19 +16,83 @@ import httpx
 from budgetbench_core import Message, Tokenizer, TokenizerInfo, hookimpl, use_bundled_tiktoken_encodings
 
 
+class GGUFVocabulary:
+    """A GGUF model's BPE vocabulary in process (HF ``tokenizers``), for estimates only.
+
+    Built for the pre-tokenisers whose llama.cpp rules it reproduces (``smollm``: digits
+    one by one, then GPT-2's byte-level split). It agreed with the llama.cpp server on
+    every one of the 27,733 LongMemEval_S messages; ``load`` checks it again on probe
+    texts and gives up (None) when it disagrees or the libraries are missing, since the
+    exact count of every prompt still comes from the server.
+    """
+
+    SUPPORTED = ("gpt2", "smollm")  # (tokenizer.ggml.model, tokenizer.ggml.pre)
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, path: Path) -> GGUFVocabulary | None:
+        try:
+            from gguf import GGUFReader
+            from tokenizers import AddedToken, models, pre_tokenizers
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            return None
+        fields = GGUFReader(str(path)).fields
+        kind = tuple(fields[k].contents() if k in fields else None for k in ("tokenizer.ggml.model", "tokenizer.ggml.pre"))
+        if kind != cls.SUPPORTED:
+            return None
+        tokens = fields["tokenizer.ggml.tokens"].contents()
+        types = fields["tokenizer.ggml.token_type"].contents()
+        merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
+        tokenizer = HFTokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                           pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        # llama.cpp's special tokens: unknown, control and user-defined (token types 2, 3, 4)
+        tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                      for t, kind in zip(tokens, types) if kind in (2, 3, 4)])
+        return cls(tokenizer)
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
 class ServerTokenizer(Tokenizer):
     """Asks a llama.cpp server: ``/apply-template`` renders, ``/tokenize`` counts.
 
     Exact by construction: it is the served model's own template and vocabulary, and
     the same steps the server takes before it runs a chat completion.
+
+    llama.cpp first cuts a prompt at its special tokens and then tokenises each piece of
+    text between them on its own. Counting works the same way: the pieces of a rendered
+    prompt are counted once each (cached, and the pieces not yet seen go to the server in
+    one batched request), so a history's messages are tokenised once per run rather than
+    once per budget tier. Whether the server really behaves so is checked once on probe
+    texts (whitespace around special tokens, which some vocabularies strip); if it does
+    not, every count sends the whole text, as before.
     """
 
-    def __init__(self, base_url: str) -> None:
+    _MARK = "budgetbench-probe-7f3a"
+    _PIECE_CACHE_SIZE = 1 << 18
+    _PARALLEL_CHARS = 40_000
+
+    def __init__(self, base_url: str, model_file: Path | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
             self.base_url = self.base_url[: -len("/v1")]
         self._http = httpx.Client(base_url=self.base_url, timeout=60.0)
         self.info = TokenizerInfo(id=f"server:{self.base_url}", backend="llama.cpp-server", exact=True)
+        self._lock = threading.Lock()
+        self._prepare_lock = threading.Lock()
+        self._pieces: OrderedDict[bytes, int] = OrderedDict()
+        self._specials: list[str] | None = None  # longest first; [] = count whole texts
+        self._separator: int | None = None
+        self._bos = 0
+        self._frames: dict[str, tuple[str, str] | None] = {}
+        self._model_file = model_file
+        self._vocabulary: GGUFVocabulary | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def _post(self, path: str, payload: dict) -> dict:
         response = self._http.post(path, json=payload)
@@ -35,14 +103,158 @@ class ServerTokenizer(Tokenizer):
     def render(self, messages: Sequence[Message]) -> str:
         return self._post("/apply-template", {"messages": [m.to_chat() for m in messages]})["prompt"]
 
-    def _tokens(self, text: str, add_special: bool) -> int:
-        return len(self._post("/tokenize", {"content": text, "add_special": add_special, "parse_special": True})["tokens"])
+    def _tokenize(self, content, add_special: bool = False) -> list:
+        return self._post("/tokenize", {"content": content, "add_special": add_special, "parse_special": True})["tokens"]
+
+    # ------------------------------------------------------------ piece-wise counting
+
+    @staticmethod
+    def _split(text: str, specials: list[str]) -> tuple[list[str], int]:
+        """The text pieces between ``specials`` (longest first, as llama.cpp cuts), and how
+        many special tokens were cut out."""
+        pieces, found = [text], 0
+        for special in specials:
+            cut = []
+            for piece in pieces:
+                parts = piece.split(special)
+                found += len(parts) - 1
+                cut.extend(p for p in parts if p)
+            pieces = cut
+        return pieces, found
+
+    def _count_pieces(self, pieces: list[str]) -> int:
+        keys = [hashlib.blake2b(p.encode("utf-8", "surrogatepass"), digest_size=16).digest() for p in pieces]
+        with self._lock:
+            known = [self._pieces.get(k) for k in keys]
+        missing = {k: p for k, p, n in zip(keys, pieces, known) if n is None}
+        if missing:
+            counted = self._count_new(list(missing.values()))
+            with self._lock:
+                self._pieces.update(zip(missing, counted))
+                while len(self._pieces) > self._PIECE_CACHE_SIZE:
+                    self._pieces.popitem(last=False)
+            found = dict(zip(missing, counted))
+            known = [found[k] if n is None else n for k, n in zip(keys, known)]
+        return sum(known)
+
+    def _count_new(self, pieces: list[str]) -> list[int]:
+        """Counts of ``pieces``; a large batch is split in two concurrent requests, since
+        the server tokenises each request on one thread."""
+        total = sum(map(len, pieces))
+        if len(pieces) < 2 or total < self._PARALLEL_CHARS:
+            return self._count_batch(pieces)
+        half, run = 0, 0
+        while run < total / 2:
+            run += len(pieces[half])
+            half += 1
+        half = min(half, len(pieces) - 1)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-tokenizer")
+        second = self._pool.submit(self._count_batch, pieces[half:])
+        return self._count_batch(pieces[:half]) + second.result()
+
+    def _count_batch(self, pieces: list[str]) -> list[int]:
+        """One /tokenize request for all ``pieces``, separated by a special token's id.
+
+        The server tokenises each string of a mixed array on its own; the pieces hold no
+        special token, so the separators mark where each piece's tokens end.
+        """
+        if len(pieces) == 1:
+            return [len(self._tokenize(pieces[0]))]
+        content: list = []
+        for piece in pieces:
+            content += [piece, self._separator]
+        counts, run = [], 0
+        for token in self._tokenize(content):
+            if token == self._separator:
+                counts.append(run)
+                run = 0
+            else:
+                run += 1
+        if len(counts) != len(pieces) or run:
+            return [len(self._tokenize(p)) for p in pieces]
+        return counts
+
+    def _prepare(self) -> None:
+        """Learn the template's special tokens and check that piece-wise counts are exact."""
+        with self._prepare_lock:
+            if self._specials is not None:
+                return
+            probe = self.render([Message("system", "s"), Message("user", self._MARK), Message("assistant", "a"),
+                                 Message("user", "q")])
+            tokens = self._post("/tokenize", {"content": probe, "add_special": False, "parse_special": True,
+                                              "with_pieces": True})["tokens"]
+            found: dict[str, int] = {}
+            for token in tokens:
+                piece = token.get("piece")
+                if not isinstance(piece, str) or not piece or piece in found:
+                    continue
+                as_special = self._tokenize(piece)
+                as_text = self._post("/tokenize", {"content": piece, "add_special": False, "parse_special": False})
+                if as_special == [token["id"]] and as_text["tokens"] != as_special:
+                    found[piece] = token["id"]  # a whole token only when special tokens are parsed
+            specials = sorted(found, key=len, reverse=True)
+            self._bos = len(self._tokenize("", add_special=True))
+            self._separator = found[specials[-1]] if specials else None
+            samples = [probe, "12345 67\n\n", "naïve café 👋🏽",
+                       *(f"{w}{s}{w}x{w}{s}{s}{w}" for s in specials for w in ("", " ", "\n", " \n\t "))]
+            exact = bool(specials) and all(len(self._tokenize(t)) == self._split_count(t, specials) for t in samples)
+            exact = exact and len(self._tokenize(probe, add_special=True)) == self._bos + self._split_count(probe, specials)
+            if exact and self._model_file is not None:
+                vocabulary = GGUFVocabulary.load(self._model_file)
+                if vocabulary and all(vocabulary.count(t) == len(self._tokenize(t)) for t in samples):
+                    self._vocabulary = vocabulary
+            self._specials = specials if exact else []
+
+    def _split_count(self, text: str, specials: list[str]) -> int:
+        pieces, found = self._split(text, specials)
+        return found + self._count_pieces(pieces)
 
     def count_text(self, text: str) -> int:
-        return self._tokens(text, add_special=False)
+        self._prepare()
+        if not self._specials:
+            return len(self._tokenize(text))
+        return self._split_count(text, self._specials)
 
     def count_rendered(self, prompt: str) -> int:
-        return self._tokens(prompt, add_special=True)
+        self._prepare()
+        if not self._specials:
+            return len(self._tokenize(prompt, add_special=True))
+        return self._bos + self._split_count(prompt, self._specials)
+
+    def _frame(self, role: str) -> tuple[str, str] | None:
+        """The template text on either side of a ``role`` message's content, up to the
+        nearest special tokens: the piece the content is tokenised in."""
+        if role not in self._frames:
+            closing = Message("assistant" if role == "user" else "user", "q")
+            rendered = self.render([Message(role, self._MARK), closing])
+            at = rendered.find(self._MARK)
+            frame = None
+            if at >= 0 and rendered.count(self._MARK) == 1:
+                end = at + len(self._MARK)
+                left = max((rendered.rfind(s, 0, at) + len(s) for s in self._specials if rendered.rfind(s, 0, at) >= 0),
+                           default=0)
+                right = min((i for i in (rendered.find(s, end) for s in self._specials) if i >= 0), default=len(rendered))
+                frame = (rendered[left:at], rendered[end:right])
+            self._frames[role] = frame
+        return self._frames[role]
+
+    def count_in_message(self, role: str, content: str) -> int:
+        """Tokens of ``content`` inside a ``role`` message: the piece it sits in (role
+        header included), which is also the piece an exact count of a prompt looks up.
+
+        With the model file at hand the estimate is made in process (one request per
+        message would cost more than the tokenising); otherwise the server counts it and
+        the exact count of a prompt then finds its pieces cached.
+        """
+        self._prepare()
+        frame = self._frame(role) if self._specials else None
+        if frame is None:
+            return self.count_text(content)
+        if self._vocabulary is not None:
+            return self._vocabulary.count(frame[0] + content + frame[1])
+        return self._split_count(frame[0] + content + frame[1], self._specials)
 
 
 class TiktokenTokenizer(Tokenizer):
@@ -120,7 +332,9 @@ def server_tokenizer(argument: str, backend) -> ServerTokenizer:
     base = argument or getattr(backend, "server_url", None) or getattr(backend, "api_base", None)
     if not base:
         raise ValueError("the server tokenizer needs a llama.cpp server: use --api-base or server:http://host:port")
-    return ServerTokenizer(base)
+    # The embedded server's model file gives in-process estimates; a server named by URL may serve another model.
+    model_file = getattr(backend, "model_path", None) if not argument else None
+    return ServerTokenizer(base, model_file=model_file)
 
 
 def gguf_tokenizer(argument: str, backend) -> HuggingFaceTokenizer:
