@@ -9,6 +9,7 @@ from typing import Any
 
 from .backends import Backend, Completion, GenerationParams, ResponseError, TransportError
 from .datasets import Dataset, resolve_data_file
+from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
@@ -31,7 +32,7 @@ from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings
 
 __all__ = [
-    "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
+    "EVIDENCE_ID_KEY", "EVIDENCE_KEY", "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
     "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",

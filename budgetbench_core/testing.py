@@ -47,9 +47,9 @@ from .backends import Backend, GenerationParams
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
 from .gate import AuxiliaryBudgetError, gate
-from .sandbox import PromptError, canonical_prompt, validate_prompt
+from .sandbox import PromptError, canonical_prompt, fingerprint, validate_prompt
 from .strategies import MemoryStrategy, Regime, StrategyContext
-from .tokenizers import PromptCounter
+from .tokenizers import PromptCounter, Tokenizer
 
 STANDARD_BUDGETS = (256, 512, 1024)
 STRATEGY_CHECKS = ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")
@@ -156,8 +156,9 @@ def unreadable_session(session: Session) -> Session:
     return Session(session.id, tuple(messages), session.date)
 
 
-def _fingerprint(messages: Sequence[Message]) -> list[tuple]:
-    return [(m.role, m.content, json.dumps(dict(m.metadata), sort_keys=True, default=str)) for m in messages]
+def _fingerprint(messages: Sequence[Message]) -> tuple:
+    """The runner's fingerprint (stored fields, JSON-safe metadata): hostile metadata cannot break it."""
+    return fingerprint(messages)
 
 
 def _item_fingerprint(item: Item) -> tuple:
@@ -446,8 +447,8 @@ from .loopback import EXTRA_FAULTS, FAULTS, NO_COMPLETION, USAGE_OFFSET, FaultSe
 
 __all__ = [
     "EXTRA_FAULTS", "FAULTS", "NO_COMPLETION", "STANDARD_BUDGETS", "USAGE_OFFSET", "CheckResult", "ConformanceKit",
-    "FaultServer", "default_reply", "embedded_backend", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
-    "open_kit", "registered", "shared_data", "standard_items", "strategy_context", "unreadable_session",
+    "FaultServer", "default_reply", "embedded_backend", "embedded_model_file", "tokenizer_for", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
+    "open_kit", "registered", "registry_with", "shared_data", "standard_items", "strategy_context", "unreadable_session",
 ]
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -477,6 +478,20 @@ def exact_counter(backend: Backend, spec: str | None = None) -> PromptCounter:
     return PromptCounter(get_registry().resolve_tokenizer(chosen, backend))
 
 
+def tokenizer_for(spec: str, backend: Backend | None = None) -> Tokenizer:
+    """The Tokenizer a run would use for ``spec`` (``gguf:<file>``, ``tiktoken:<encoding>``...)."""
+    from .plugins import get_registry
+
+    return get_registry().resolve_tokenizer(spec, backend)
+
+
+def embedded_model_file() -> Path:
+    """The GGUF file of the embedded model (``--model local``)."""
+    from .builtin.local_backend import default_model_path
+
+    return default_model_path()
+
+
 def no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
     """The ``complete`` of a context for strategies that must make no auxiliary call."""
     raise AssertionError(f"unexpected auxiliary model call ({purpose!r})")
@@ -497,6 +512,19 @@ def registered(kind: str, name: str) -> Any:
     from .plugins import get_registry
 
     return get_registry().get(kind, name)
+
+
+def registry_with(*plugins: Any, distribution: str = "test-plugin", version: str = "0.0.1") -> Any:
+    """The installed plugins plus ``plugins`` (modules or objects with ``@hookimpl``
+    functions) as if ``distribution`` had installed them: pass it to
+    ``run(config, registry=...)`` to run a plugin defined in a test."""
+    from .plugins import PluginInfo, load_registry
+
+    registry = load_registry()
+    for index, plugin in enumerate(plugins):
+        name = distribution if len(plugins) == 1 else f"{distribution}-{index}"
+        registry.add_plugin(plugin, PluginInfo(name, distribution, version))
+    return registry
 
 
 def invoke_cli(*args: str, env: dict[str, str] | None = None) -> Any:
@@ -527,6 +555,22 @@ except ImportError:  # the kit itself works without pytest; only the fixtures ne
     pytest = None
 
 if pytest is not None:
+
+    def _in_ci() -> bool:
+        return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+        """Under ``CI=true`` a test skipped for want of ``../shared/data`` (by ``shared_data``
+        or a ``skipif`` whose reason names that folder) is a failure: CI must run it."""
+        outcome = yield
+        report = outcome.get_result()
+        if not (report.skipped and _in_ci()):
+            return
+        reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
+        if str(SHARED_DATA) in reason or "shared data" in reason.lower() or "shared/data" in reason:
+            report.outcome = "failed"
+            report.longrepr = f"CI=true: skipped for want of shared test data, which CI must have: {reason}"
 
     @pytest.fixture(scope="session")
     def budgetbench_backend() -> Iterator[Backend]:

@@ -12,8 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from budgetbench_core.builtin.local_backend import default_model_path
-from budgetbench_core.builtin.tokenizers import gguf_tokenizer
+from budgetbench_core.testing import embedded_model_file, tokenizer_for
 
 from budgetbench_task_longmemeval.task import LongMemEval
 
@@ -24,7 +23,7 @@ DEFAULT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "long
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     limit = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-    tokenizer = gguf_tokenizer(str(default_model_path()), None)
+    tokenizer = tokenizer_for(f"gguf:{embedded_model_file()}")
     shares, totals = [], []
     for item in LongMemEval(path=str(path)).load(limit, 0):
         marked = sum(tokenizer.count_text(m.content) for m in item.history)

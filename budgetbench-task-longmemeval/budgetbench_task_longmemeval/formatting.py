@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from budgetbench_core import Item, Message
-from budgetbench_core.evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
+from budgetbench_core import EVIDENCE_ID_KEY, EVIDENCE_KEY
 
 from .loader import is_abstention, parse_date
 

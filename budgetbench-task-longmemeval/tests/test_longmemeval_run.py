@@ -20,9 +20,7 @@ from budgetbench_core import (
     hookimpl,
     run,
 )
-from budgetbench_core.cli import cli
-from budgetbench_core.plugins import PluginInfo, get_registry, load_registry
-from click.testing import CliRunner
+from budgetbench_core.testing import invoke_cli, registry_with
 
 from budgetbench_task_longmemeval.judge_prompts import PROMPT_VERSION, read_verdict
 from budgetbench_task_longmemeval.task import LongMemEval
@@ -77,8 +75,7 @@ def finished_run(tmp_path_factory):
     items = list(LongMemEval(path=str(ORACLE)).load(2, 0))
     lost_question, kept_question = items[0].id, items[1].id
     fail_session = items[0].sessions()[0].id
-    registry = load_registry()
-    registry.add_plugin(WordMemoryPlugin(), PluginInfo("lme-test-memory", "lme-test-memory", "0.0.1"))
+    registry = registry_with(WordMemoryPlugin(), distribution="lme-test-memory")
     out = tmp_path_factory.mktemp("lme-run")
     config = RunConfig(task="longmemeval", strategies=["truncation", "full_context", ARM], out=out, budgets=[BUDGET],
                        task_options={"path": str(ORACLE)}, strategy_params={ARM: {"fail_session": fail_session}},
@@ -128,8 +125,7 @@ def test_judge_rows_record_judge_model_prompt_version_and_raw_verdict(finished_r
 
 
 def test_export_drops_the_lost_question_for_every_arm_and_lists_it(finished_run, tmp_path):
-    get_registry().add_commands(cli)
-    outcome = CliRunner().invoke(cli, ["longmemeval", "export", str(finished_run["out"]), "--out", str(tmp_path)])
+    outcome = invoke_cli("longmemeval", "export", str(finished_run["out"]), "--out", str(tmp_path))
     assert outcome.exit_code == 0, outcome.output
     assert f"dropped for every arm (ingest loss): {finished_run['lost']}" in outcome.output
     summary = json.loads((tmp_path / "summary.json").read_text())

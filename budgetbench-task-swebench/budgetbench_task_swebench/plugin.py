@@ -1,4 +1,4 @@
-"""Registers the ``swebench-verified`` task, its grader and the ``swebench-export`` command."""
+"""Registers the ``swebench-verified`` task, its dataset, its grader and the ``budgetbench swebench`` commands."""
 
 from pathlib import Path
 
@@ -30,7 +30,11 @@ def register_datasets(register):
 
 @hookimpl
 def register_commands(cli):
-    @cli.command("swebench-export")
+    @cli.group("swebench")
+    def swebench():
+        """SWE-bench Verified: export predictions for the official evaluation."""
+
+    @swebench.command("export")
     @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
     @click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
                   help="Folder for the JSONL files (default RUN_DIR/swebench_predictions).")

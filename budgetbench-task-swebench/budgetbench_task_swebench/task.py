@@ -119,4 +119,4 @@ class SWEBenchVerified(Task):
                      "selection": "files the issue mentions, then BM25 (bm25s) over text files at base_commit"}
         return {**super().manifest_notes(), **self._notes, "repository_files": files,
                 "quality": "patch similarity to the gold patch: a proxy, not the resolved rate; export predictions "
-                           "with `budgetbench swebench-export` and run the official swebench evaluation"}
+                           "with `budgetbench swebench export` and run the official swebench evaluation"}

@@ -124,4 +124,5 @@ def test_registered_through_the_entry_point():
 
     group = click.Group()
     module.register_commands(group)
-    assert list(group.commands) == ["swebench-export"]
+    assert list(group.commands) == ["swebench"] and list(group.commands["swebench"].commands) == ["export"]
+    assert points[0].name == "task-swebench"  # <kind>-<name>, the distribution's name without "budgetbench-"

@@ -39,7 +39,7 @@ def test_truncation_run_and_export(tmp_path):
                                   "judge_model": None}
 
     export = tmp_path / "preds"
-    done = subprocess.run([sys.executable, "-m", "budgetbench_core.cli", "swebench-export", str(out), "-o", str(export)],
+    done = subprocess.run([sys.executable, "-m", "budgetbench_core.cli", "swebench", "export", str(out), "-o", str(export)],
                           capture_output=True, text=True, check=True)
     assert "python -m swebench.harness.run_evaluation" in done.stdout
     files = sorted(export.glob("*.jsonl"))
