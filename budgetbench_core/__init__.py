@@ -7,7 +7,7 @@ is slow to import and ``budgetbench --version`` should not pay for it.
 
 from typing import Any
 
-from .backends import Backend, Completion, GenerationParams, ResponseError, TransportError
+from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
 from .datasets import Dataset, resolve_data_file
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
@@ -25,7 +25,7 @@ from .memory_systems import (
 from .messages import ROLES, Item, Message, Session
 from .selection import balanced
 from .params import Param
-from .runlog import final_rows, iter_events, read_manifest
+from .runlog import final_rows, iter_events, read_manifest, redact
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tasks import Task, TaskDataError
@@ -33,11 +33,11 @@ from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tik
 
 __all__ = [
     "EVIDENCE_ID_KEY", "EVIDENCE_KEY", "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
-    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "GenerationParams", "Grader",
+    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "FatalError", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
-    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "resolve_data_file", "run",
+    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "redact", "resolve_data_file", "run",
     "use_bundled_tiktoken_encodings", "wilson",
 ]
 

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from .messages import Item, Message, Session
-from .runlog import safe_name
+from .runlog import redact, safe_name
+from .sandbox import PhaseError
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tokenizers import PromptCounter
 
@@ -131,6 +132,27 @@ def fill_budget(item: Item, ranked: Sequence[RetrievedItem], budget: int, counte
     return BudgetFill(frame(chosen), exact, chosen, dropped)
 
 
+def _phase(phase: str, call):
+    """Run a memory-system call; anything it raises is tagged with its phase for the error row."""
+    try:
+        return call()
+    except BaseException as exc:  # noqa: BLE001 - the sandbox records it
+        raise PhaseError(phase, exc) from None
+
+
+def _plain_retrieved(item: RetrievedItem) -> RetrievedItem:
+    """A retrieved memory of plain types (text str, score float, JSON-safe metadata), or PhaseError."""
+    from .sandbox import json_safe_or_empty
+
+    fields = object.__getattribute__(item, "__dict__")
+    text, score, source = fields.get("text"), fields.get("score"), fields.get("source_id")
+    if not isinstance(text, str) or isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise PhaseError("retrieve", TypeError("a RetrievedItem needs str text and a numeric score"))
+    metadata = json_safe_or_empty(fields.get("metadata"))
+    return RetrievedItem(str.__str__(text), float(score), str.__str__(source) if isinstance(source, str) else None,
+                         metadata if isinstance(metadata, dict) else {})
+
+
 class MemorySystemStrategy(MemoryStrategy):
     """Runs a MemorySystem as a strategy: ingest and retrieve once per item, fill per budget."""
 
@@ -167,19 +189,24 @@ class MemorySystemStrategy(MemoryStrategy):
             self._report = IngestReport.from_dict(saved["ingest"])
             self._ranked = [RetrievedItem(**r) for r in saved["ranked"]]
         else:
-            self._report = self.system.ingest(context.item.sessions(), context)
+            self._report = _phase("ingest", lambda: self.system.ingest(context.item.sessions(), context))
             if not isinstance(self._report, IngestReport):
-                raise TypeError(f"memory system {self.name!r} ingest returned {type(self._report).__name__}, not IngestReport")
-            ranked = [] if self._report.loss > self.max_ingest_loss else self.system.retrieve(context.item.query.content, context)
+                raise PhaseError("ingest", TypeError(f"memory system {self.name!r} ingest returned "
+                                                     f"{type(self._report).__name__}, not IngestReport"))
+            if self._report.loss > self.max_ingest_loss:
+                ranked = []
+            else:
+                ranked = _phase("retrieve", lambda: self.system.retrieve(context.item.query.content, context))
             if not isinstance(ranked, list) or not all(isinstance(r, RetrievedItem) for r in ranked):
-                raise TypeError(f"memory system {self.name!r} retrieve must return list[RetrievedItem]")
-            self._ranked = ranked
+                raise PhaseError("retrieve", TypeError(f"memory system {self.name!r} retrieve must return "
+                                                       f"list[RetrievedItem]"))
+            self._ranked = [_plain_retrieved(r) for r in ranked]
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(
-                json.dumps({"item_id": context.item.id, "system": self.name, "query": context.item.query.content,
+                redact(json.dumps({"item_id": context.item.id, "system": self.name, "query": context.item.query.content,
                             "ingest": self._report.to_dict(), "ranked": [asdict(r) for r in self._ranked]},
-                           ensure_ascii=False, indent=1),
+                           ensure_ascii=False, indent=1)),
                 encoding="utf-8",
             )
             tmp.replace(path)

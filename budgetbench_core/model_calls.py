@@ -1,8 +1,12 @@
-"""Every model call of a run goes through here: cache, connection limit, retries, timing.
+"""Every model call of a run goes through here: cache, connection limit, retries, deadlines.
 
+The backend is plugin code: each attempt runs in the sandbox (``sandbox.contained``) with a
+*total* deadline (``timeout_s``, never later than the cell's own deadline), so a server that
+trickles bytes cannot hold a call past it, and anything the backend raises is contained.
 Only transport failures (connection errors, timeouts, 429 and 5xx) are retried, with
-exponential back-off that honours Retry-After. Anything else propagates and becomes an
-``error`` row: a failed call is never turned into a prediction.
+exponential back-off that honours Retry-After, within the deadline. Anything else becomes
+``CallFailed``: a failed call is never turned into a prediction. What the backend returns is
+checked and copied into a plain ``Completion``: an unreported figure stays ``None``.
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .backends import Backend, Completion, GenerationParams, TransportError
 from .cache import ResponseCache, cache_key
 from .messages import Message
+from .sandbox import Deadline, PluginFailure, PluginRef, contained, describe_exception
 
 MAX_BACKOFF_S = 60.0
 
@@ -33,10 +38,41 @@ class CallOutcome:
     completion: Completion
     attempts: int
     cached: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def _count_or_none(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{name} is {type(value).__name__} {value!r}, not a count")
+    return int.__index__(value)
+
+
+def plain_completion(completion: object) -> Completion:
+    """A ``Completion`` made of exact types, or TypeError: what a backend returned is not trusted."""
+    if not isinstance(completion, Completion):
+        raise TypeError(f"backend returned {type(completion).__name__}, not Completion")
+    fields = object.__getattribute__(completion, "__dict__")
+    text = fields.get("text")
+    if not isinstance(text, str):
+        raise TypeError(f"completion text is {type(text).__name__}, not str")
+    latency = fields.get("latency_s")
+    cost = fields.get("cost")
+    model = fields.get("model")
+    return Completion(
+        text=str.__str__(text),
+        prompt_tokens=_count_or_none(fields.get("prompt_tokens"), "prompt_tokens"),
+        completion_tokens=_count_or_none(fields.get("completion_tokens"), "completion_tokens"),
+        latency_s=float(latency) if type(latency) in (int, float) else 0.0,
+        cached_tokens=_count_or_none(fields.get("cached_tokens"), "cached_tokens"),
+        cost=float(cost) if type(cost) in (int, float) else None,
+        model=str.__str__(model) if isinstance(model, str) else None,
+    )
 
 
 class ModelCaller:
-    """Calls one backend with a response cache, a connection limit and bounded retries."""
+    """Calls one backend with a response cache, a connection limit, bounded retries and deadlines."""
 
     def __init__(
         self,
@@ -45,11 +81,15 @@ class ModelCaller:
         max_connections: int,
         retries: int = 4,
         backoff_s: float = 0.5,
+        timeout_s: float | None = None,
+        plugin: PluginRef | None = None,
     ) -> None:
         self.backend = backend
         self.cache = cache
         self.retries = retries
         self.backoff_s = backoff_s
+        self.timeout_s = timeout_s if timeout_s is not None else float(getattr(backend, "timeout_s", 120.0))
+        self.plugin = plugin or PluginRef("backend", getattr(backend, "name", type(backend).__name__))
         self._slots = threading.BoundedSemaphore(max(1, max_connections))
         self._count_lock = threading.Lock()
         self.calls_made = 0
@@ -60,18 +100,37 @@ class ModelCaller:
             self.calls_made += 1
             self.rate_limited += int(rate_limited)
 
-    def call(self, messages: Sequence[Message], params: GenerationParams) -> CallOutcome:
+    def _attempt(self, messages: list[Message], params: GenerationParams, outer: Deadline | None) -> Completion:
+        """One attempt within min(timeout, the outer deadline); TransportError for a missed deadline."""
+        deadline = Deadline.within(self.timeout_s, outer)
+        with self._slots:
+            try:
+                return plain_completion(contained("model", self.plugin, lambda: self.backend.complete(messages, params),
+                                                  deadline))
+            except PluginFailure as failure:
+                if failure.timed_out:
+                    raise TransportError(f"no complete reply within the total deadline of {deadline.seconds:g} s") from None
+                if isinstance(failure.original, TransportError):
+                    raise failure.original from None
+                raise
+
+    def call(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline | None = None) -> CallOutcome:
+        messages = list(messages)
         key = cache_key(*self.backend.cache_identity(), messages, params)
+        warnings: list[str] = []
         if self.cache is not None:
-            hit = self.cache.get(key)
+            hit, warning = self.cache.lookup(key)
+            if warning:
+                warnings.append(warning)
             if hit is not None:
-                return CallOutcome(hit, 0, True)
+                return CallOutcome(hit, 0, True, warnings)
         attempts = 0
         while True:
+            if deadline is not None and deadline.expired():
+                raise CallFailed(f"the cell's deadline passed before attempt {attempts + 1}", attempts)
             attempts += 1
             try:
-                with self._slots:
-                    completion = self.backend.complete(messages, params)
+                completion = self._attempt(messages, params, deadline)
                 self._count()
             except TransportError as exc:
                 self._count(rate_limited="429" in str(exc))
@@ -80,11 +139,21 @@ class ModelCaller:
                 delay = self.backoff_s * 2 ** (attempts - 1) * (1 + random.random() / 2)
                 if exc.retry_after is not None:
                     delay = max(delay, exc.retry_after)
-                time.sleep(min(delay, MAX_BACKOFF_S))
+                delay = min(delay, MAX_BACKOFF_S)
+                if deadline is not None and deadline.remaining() < delay:
+                    raise CallFailed(f"transport error after {attempts} attempts: {exc}; no time left for a retry "
+                                     f"before the cell's deadline", attempts) from exc
+                time.sleep(delay)
                 continue
-            except Exception as exc:  # the server answered unusably (ResponseError) or the backend broke
+            except PluginFailure as failure:  # the server answered unusably (ResponseError) or the backend broke
                 self._count()
-                raise CallFailed(f"{type(exc).__name__} (not retried): {exc}", attempts) from exc
+                original = failure.original
+                what = describe_exception(original) if original is not None else failure.cause
+                raise CallFailed(f"{what} (not retried)", attempts) from None
+            except TypeError as exc:  # the backend returned something that is not a completion
+                self._count()
+                raise CallFailed(f"{self.plugin.describe()} returned an unusable completion: {exc} (not retried)",
+                                 attempts) from None
             if self.cache is not None:
                 self.cache.put(key, completion)
-            return CallOutcome(completion, attempts, False)
+            return CallOutcome(completion, attempts, False, warnings)

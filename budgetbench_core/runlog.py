@@ -8,6 +8,7 @@ naming the file and line, never silently ignored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -17,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1"
-TERMINAL_EVENTS = ("result", "violation", "error")
-FINAL_EVENTS = ("result", "violation")
+from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS
+
+__all__ = ["FINAL_EVENTS", "SCHEMA_VERSION", "TERMINAL_EVENTS"]
 
 
 class RunLogError(ValueError):
@@ -29,20 +30,56 @@ class RunLogError(ValueError):
 _SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
 
 
+_AUTHORIZATION = re.compile(r"((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token)?\s*)"
+                            r"[^\s\"',;}]+", re.IGNORECASE)
+_BEARER = re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_PIECE = 12  # a piece of a key this long is redacted too (some providers quote part of it back)
+
+
+def _secrets() -> list[tuple[str, str]]:
+    return [(name, value) for name, value in os.environ.items() if len(value) >= 8 and _SECRET_VARIABLE.search(name)]
+
+
 def redact(text: str) -> str:
-    """``text`` with the value of every secret-looking environment variable (``*_API_KEY``,
-    ``*_TOKEN``...) replaced by its name: servers and libraries quote keys back in error
-    messages, and nothing written to a run directory may carry one. Read on every call,
-    since keys may be set after import."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_VARIABLE.search(name) and value in text:
+    """``text`` with every secret replaced, before anything is truncated or written.
+
+    The value of every secret-looking environment variable (``*_API_KEY``, ``*_TOKEN``...)
+    and any 12-character piece of it become ``<NAME redacted>``; ``Authorization`` header
+    and ``Bearer`` values become ``<redacted>``. Servers and libraries quote keys back in
+    error messages and replies, and nothing written to a run directory may carry one. Keys
+    are read on every call, since they may be set after import."""
+    if not isinstance(text, str) or not text:
+        return text
+    for name, value in _secrets():
+        if value in text:
             text = text.replace(value, f"<{name} redacted>")
-    return text
+        if len(value) >= 16 and not any(c.isspace() or c in "/\\" for c in value):
+            for start in range(len(value) - _PIECE + 1):
+                piece = value[start:start + _PIECE]
+                if piece in text:
+                    text = text.replace(piece, f"<{name} redacted>")
+    text = _AUTHORIZATION.sub(lambda m: m.group(1) + "<redacted>", text)
+    return _BEARER.sub(lambda m: m.group(1) + "<redacted>", text)
+
+
+_PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,63}")
+_HASH_DIGITS = 12
 
 
 def safe_name(text: str) -> str:
-    """A path component that cannot escape the run directory."""
-    return re.sub(r"[^A-Za-z0-9_.@=-]", "_", str(text)) or "_"
+    """A path component for ``text`` that cannot escape the run directory and is injective.
+
+    Names of lower-case letters, digits, ``_``, ``.`` and ``-`` (not starting with ``.``,
+    at most 64 characters) are kept as they are. Anything else becomes a readable prefix,
+    ``~`` and 12 hex digits of the sha256 of the exact text; ``~`` never occurs in a kept
+    name, so a kept name and a hashed one cannot meet, and lower case keeps names apart on
+    case-insensitive file systems too."""
+    text = str(text)
+    if _PLAIN_NAME.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_DIGITS]
+    prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:40].lstrip(".")
+    return f"{prefix}~{digest}"
 
 
 def cell_path(run_dir: Path, task: str, strategy: str, budget: int, repeat: int) -> Path:
@@ -85,8 +122,10 @@ class EventLog:
         self._handles: dict[Path, Any] = {}
         self._lock = threading.Lock()
 
-    def append(self, event: dict[str, Any]) -> None:
-        path = cell_path(self.run_dir, event["task"], event["strategy"], event["budget"], event["repeat"])
+    def append(self, event: dict[str, Any], path: Path | None = None) -> None:
+        """Append ``event`` to its cell's file (or to ``path``, e.g. ``late_calls.jsonl``)."""
+        if path is None:
+            path = cell_path(self.run_dir, event["task"], event["strategy"], event["budget"], event["repeat"])
         line = redact(json.dumps({"time": now(), **event}, ensure_ascii=False, default=str)) + "\n"
         with self._lock:
             handle = self._handles.get(path)

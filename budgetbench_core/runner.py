@@ -1,27 +1,27 @@
-"""The runner: tasks x strategies x budgets x repeats, with the budget enforced here.
+"""The runner: tasks x strategies x budgets x repeats. Scheduling only.
 
 Work is split into units of (strategy, item); a unit runs every (budget, repeat) of its
 item in a seeded shuffled order, so per-item strategy state (an embedding index, a
-retrieval) is built once and reused for every tier. Units run in a seeded shuffled
-order on ``max_concurrency`` worker threads.
+retrieval) is built once and reused for every tier. ``form_units`` decides what to run
+(resume included); ``execute_units`` runs the units in a seeded shuffled order on
+``max_concurrency`` worker threads; ``run_cell`` runs one cell.
 
-For every cell the runner asks the strategy for a prompt, checks that the prompt is
-well formed, counts it exactly with the chat template, and sends it only if it fits.
-An over-budget prompt becomes a ``violation`` row scored 0; a failure becomes an
-``error`` row with its cause; nothing is ever guessed.
+What keeps the numbers honest lives elsewhere, in one place each: ``gate`` (the budget
+decision for answer prompts and auxiliary calls), ``sandbox`` (canonical prompt,
+validation, containment, deadlines), ``identity`` (run_key), ``events`` (the rows),
+``cell`` (a cell's event stream and its auxiliary-call channel).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import platform
 import random
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
@@ -31,46 +31,42 @@ from typing import Any
 
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
+from .cell import AuxChannel, CellKey, CellLog
+from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, Error, PromptAudit, Result, Violation, Warning
+from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
 from .graders import Grader, GradingContext
+from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
 from .memory_systems import IngestLossError, MemorySystem, MemorySystemStrategy
-from .messages import ROLES, Item, Message
+from .messages import Item, Message
 from .model_calls import CallFailed, ModelCaller
 from .plugins import PluginError, Registry, get_registry
-from .runlog import (
-    FINAL_EVENTS,
-    SCHEMA_VERSION,
-    EventLog,
-    final_rows,
-    now,
-    read_manifest,
-    repair_torn_tails,
-    write_json_atomic,
+from .runlog import EventLog, iter_events, now, read_manifest, repair_torn_tails, write_json_atomic
+from .sandbox import (
+    Deadline,
+    PluginFailure,
+    PluginRef,
+    PromptError,
+    canonical_message,
+    canonical_prompt,
+    contained,
+    describe_exception,
+    fingerprint,
+    json_safe_or_empty,
+    private_copy,
+    validate_prompt,
 )
 from .strategies import MemoryStrategy, StrategyContext
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
 
 DEFAULT_BUDGETS = (2048, 4096, 8192, 16384, 32768)
+LOAD_TIMEOUT_S = 3600.0  # reading a whole official dataset file may be slow; a hang is still caught
 
-# Changing any of these makes an existing run directory a different experiment.
-_IDENTITY_FIELDS = ("task", "task_options", "model", "api_base", "tokenizer", "grader", "judge_model",
-                    "limit", "seed", "temperature", "max_output_tokens")
+__all__ = ["DEFAULT_BUDGETS", "AuxiliaryBudgetError", "Run", "RunConfig", "RunConfigError", "RunSummary", "Unit", "run"]
 
 
 class RunConfigError(ValueError):
     """The requested run cannot start; the message says what to change."""
-
-
-class AuxiliaryBudgetError(RuntimeError):
-    """A strategy's auxiliary call (summary, compression) had a prompt over the budget."""
-
-    def __init__(self, message: str, prompt_tokens: int) -> None:
-        super().__init__(message)
-        self.prompt_tokens = prompt_tokens
-
-
-class StrategyTimeout(RuntimeError):
-    pass
 
 
 @dataclass
@@ -115,6 +111,16 @@ class RunSummary:
     wall_s: float
 
 
+@dataclass
+class Unit:
+    """One (strategy, item) and the (budget, repeat) cells of it still to run, in order."""
+
+    strategy: str
+    item: Item
+    todo: list[tuple[int, int]]
+    skipped: int
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -124,55 +130,9 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _message_fingerprint(message: Message) -> int:
-    try:
-        return hash((message.role, message.content, tuple(message.metadata.items())))
-    except TypeError:  # mutable (unhashable) metadata values: compare their text
-        return hash((message.role, message.content, tuple(sorted(map(str, message.metadata.items())))))
-
-
-def _history_fingerprint(history: Sequence[Message]) -> int:
-    """Checked after every cell; hashable metadata is hashed directly (str hashes are
-    cached), since turning every value into text cost ~5 ms per cell on a 500-message history."""
-    return hash(tuple(map(_message_fingerprint, history)))
-
-
-def _private_copy(item: Item) -> Item:
-    """``item`` with Message objects of its own, so a strategy that defeats the frozen
-    dataclasses (``object.__setattr__``) spoils only its own cells, not its neighbours'."""
-    def copy(message: Message) -> Message:
-        return Message(message.role, message.content, message.metadata)
-
-    return replace(item, history=tuple(map(copy, item.history)), query=copy(item.query),
-                   system=copy(item.system) if item.system is not None else None)
-
-
-def _check_text(task: str, item: Item) -> None:
-    """Undecodable bytes smuggled in as surrogates (``errors="surrogateescape"``) cannot be
-    logged, counted or sent: refuse them up front, naming the item and field."""
-    fields = [("system", item.system), ("query", item.query), *((f"history[{i}]", m) for i, m in enumerate(item.history))]
-    for name, message in fields:
-        if message is None:
-            continue
-        try:
-            message.content.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise TaskDataError(f"task {task!r}, item {item.id!r}: {name}.content is not valid UTF-8 text (undecodable "
-                                f"byte at character {exc.start}); decode the source file strictly") from None
-
-
 def _backend_for(model: str) -> str:
     """``local`` and ``local:<gguf>`` run the embedded server; anything else goes to litellm."""
     return "local" if model == "local" or model.startswith("local:") else "litellm"
-
-
-def _prompt_hash(messages: Sequence[Message]) -> str:
-    payload = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 @contextlib.contextmanager
@@ -190,28 +150,30 @@ def _exclusive(run_dir: Path) -> Iterator[None]:
         yield
 
 
-def _call_with_timeout(function: Callable[[], Any], timeout_s: float) -> Any:
-    """Run ``function`` on a daemon thread; a hang past ``timeout_s`` raises StrategyTimeout."""
-    box: dict[str, Any] = {}
+def canonical_item(task: str, item: Any) -> Item:
+    """The task's item with plain core messages and a str id; bad text names the item and field."""
+    if not isinstance(item, Item):
+        raise TaskDataError(f"task {task!r} yielded {type(item).__name__}, not Item")
+    item_id = item.id
+    if not isinstance(item_id, str) or not item_id:
+        raise TaskDataError(f"task {task!r} yielded an item whose id is {type(item_id).__name__} {item_id!r}, "
+                            f"not a non-empty str")
+    item_id = str.__str__(item_id)
 
-    def target() -> None:
+    def plain(message: Any, where: str) -> Message:
         try:
-            box["value"] = function()
-        except BaseException as exc:  # handed back to the caller below
-            box["error"] = exc
+            return canonical_message(message, where)
+        except PromptError as exc:
+            raise TaskDataError(f"task {task!r}, item {item_id!r}: {exc}; decode the source file strictly "
+                                f"and use roles system/user/assistant") from None
 
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise StrategyTimeout(f"did not return within {timeout_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    history = tuple(plain(m, f"history[{i}]") for i, m in enumerate(tuple(item.history)))
+    return replace(item, id=item_id, history=history, query=plain(item.query, "query"),
+                   system=plain(item.system, "system") if item.system is not None else None)
 
 
 class Run:
-    """One run directory being filled. Build with ``Run.prepare(config)``, then ``execute()``."""
+    """One run directory being filled. Build with ``Run(config, registry)``, then ``execute()``."""
 
     def __init__(self, config: RunConfig, registry: Registry) -> None:
         self.config = config
@@ -220,9 +182,11 @@ class Run:
         self.task: Task = self._instantiate("task", config.task, **config.task_options)
         grader_name = config.grader or self.task.default_grader
         self.grader: Grader = self._instantiate("grader", grader_name)
+        self.grader_name = grader_name
         self.strategy_classes = {name: registry.get("strategy", name).obj for name in config.strategies}
         self.max_output_tokens = config.max_output_tokens or self.task.max_output_tokens
         backend_name = _backend_for(config.model)
+        self.backend_name = backend_name
         backend_class = registry.get("backend", backend_name).obj
         self.backend: Backend = backend_class(
             config.model, api_base=config.api_base, timeout_s=config.timeout_s,
@@ -238,104 +202,39 @@ class Run:
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = {"results": 0, "violations": 0, "errors": 0, "cells_skipped": 0}
+        self.run_key = ""
+
+    # ----------------------------------------------------------------- plugins
+
+    def ref(self, kind: str, name: str) -> PluginRef:
+        registered = self.registry.get(kind, name)
+        return PluginRef(kind, name, registered.plugin.distribution)
 
     def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
         registered = self.registry.get(kind, name)
         try:
-            return registered.obj(**params)
-        except TaskDataError:
-            raise  # already names the file, record and field
-        except Exception as exc:
-            raise PluginError(
-                f"{kind} {name!r} from {registered.plugin.distribution} could not be created with {params}: "
-                f"{_describe_error(exc)}"
-            ) from exc
-
-    # ----------------------------------------------------------------- setup
-
-    def _check_identity(self) -> None:
-        previous = read_manifest(self.run_dir)
-        if previous is None:
-            return
-        old = previous.get("config", {})
-        new = self.config.to_dict()
-        changed = [name for name in _IDENTITY_FIELDS if old.get(name) != new.get(name)]
-        if changed:
-            details = "; ".join(f"{name}: {old.get(name)!r} -> {new.get(name)!r}" for name in changed)
-            raise RunConfigError(
-                f"{self.run_dir} holds a different run ({details}). Resume it with the same settings "
-                f"or choose another --out."
-            )
-
-    def _tokenizer(self) -> Tokenizer:
-        spec = self.config.tokenizer or self.backend.default_tokenizer()
-        if not spec:
-            raise RunConfigError(
-                f"model {self.config.model!r} has no default tokenizer: pass --tokenizer "
-                f"(hf:<dir>, tiktoken:<encoding>, gguf:<file> or server)"
-            )
-        prefix, _, argument = spec.partition(":")
-        factory = self.registry.get("tokenizer", prefix).obj
-        return factory(argument, self.backend)
-
-    def _load_items(self) -> list[Item]:
-        """All items up front; a loader bug becomes an error naming the task and its distribution."""
-        try:
-            items = list(self.task.load(self.config.limit, self.config.seed))
-        except TaskDataError:
-            raise  # already names the file, record and field
-        except Exception as exc:
-            registered = self.registry.get("task", self.config.task)
-            raise PluginError(f"task {self.config.task!r} ({registered.plugin.distribution}) failed to load its items: "
-                              f"{_describe_error(exc)}") from exc
-        if not items:
-            raise TaskDataError(f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
-                                f"limit {self.config.limit}): nothing to run")
-        for item in items:
-            _check_text(self.config.task, item)
-        return items
-
-    def _manifest(self, tokenizer: Tokenizer, started: str) -> dict[str, Any]:
-        strategies = {}
-        for name in self.config.strategies:
-            strategy = self._new_strategy(name)
-            strategies[name] = {**strategy.describe(), "distribution": self.registry.get("strategy", name).plugin.distribution}
-        used = {("task", self.config.task), ("grader", self.grader.name)} | {("strategy", s) for s in self.config.strategies}
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "config": self.config.to_dict(),
-            "started": started,
-            "versions": {"budgetbench": metadata.version("budgetbench"), "python": platform.python_version(),
-                         **self.registry.distributions()},
-            "plugins_used": {f"{kind}:{name}": {"distribution": self.registry.get(kind, name).plugin.distribution,
-                                                 "version": self.registry.get(kind, name).plugin.version}
-                             for kind, name in sorted(used)},
-            "task": self.task.manifest_notes(),
-            "grader": {"name": self.grader.name, "version": self.grader.version, "binary": self.grader.binary,
-                       "judge_model": self.config.judge_model},
-            "strategies": strategies,
-            "model": self.backend.describe(),
-            "judge": self.judge_backend.describe() if self.judge_backend else None,
-            "tokenizer": tokenizer.info.to_dict(),
-            "plugin_failures": [{"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
-                                for p in self.registry.failures],
-            "git_commit": _git_commit(),
-            "host": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
-        }
+            return contained("create", self.ref(kind, name), lambda: registered.obj(**params),
+                             Deadline(LOAD_TIMEOUT_S))
+        except PluginFailure as failure:
+            if isinstance(failure.original, TaskDataError):
+                raise failure.original from None  # already names the file, record and field
+            raise PluginError(f"{kind} {name!r} from {registered.plugin.distribution} could not be created with "
+                              f"{params}: {failure.cause}") from None
 
     def _new_strategy(self, name: str) -> MemoryStrategy:
         cls = self.strategy_classes[name]
         params = self.config.strategy_params.get(name, {})
-        registered = self.registry.get("strategy", name)
-        try:
-            if issubclass(cls, MemorySystem):
+
+        def create() -> MemoryStrategy:
+            if isinstance(cls, type) and issubclass(cls, MemorySystem):
                 return MemorySystemStrategy(cls(**params), max_ingest_loss=self.config.max_ingest_loss)
             return cls(**params)
-        except Exception as exc:
-            raise PluginError(
-                f"strategy {name!r} from {registered.plugin.distribution} could not be created with {params}: "
-                f"{_describe_error(exc)}"
-            ) from exc
+
+        try:
+            return contained("create", self.ref("strategy", name), create, Deadline(self.config.item_timeout_s))
+        except PluginFailure as failure:
+            raise PluginError(f"strategy {name!r} from {failure.plugin.distribution} could not be created with "
+                              f"{params}: {failure.cause}") from None
 
     def _strategy(self, name: str) -> MemoryStrategy:
         """One instance per worker thread: strategies keep per-item state."""
@@ -349,160 +248,383 @@ class Run:
     def _discard_strategy(self, name: str) -> None:
         getattr(self._local, "strategies", {}).pop(name, None)
 
-    # ----------------------------------------------------------------- events
+    # ----------------------------------------------------------------- setup
 
-    def _emit(self, event: dict[str, Any]) -> None:
-        self.log.append(event)
-        kind = event["event"]
-        if kind in ("result", "violation", "error"):
-            with self._stats_lock:
-                self.stats[kind + "s"] += 1
+    def _tokenizer(self) -> Tokenizer:
+        spec = self.config.tokenizer or self.backend.default_tokenizer()
+        if not spec:
+            raise RunConfigError(
+                f"model {self.config.model!r} has no default tokenizer: pass --tokenizer "
+                f"(hf:<dir>, tiktoken:<encoding>, gguf:<file> or server)"
+            )
+        prefix, _, argument = spec.partition(":")
+        factory = self.registry.get("tokenizer", prefix).obj
+        self.tokenizer_ref = self.ref("tokenizer", prefix)
+        try:
+            return contained("create", self.tokenizer_ref, lambda: factory(argument, self.backend),
+                             Deadline(LOAD_TIMEOUT_S))
+        except PluginFailure as failure:
+            if isinstance(failure.original, (ValueError, OSError)) and not isinstance(failure.original, PluginFailure):
+                raise failure.original from None  # a clear message about the spec or file
+            raise PluginError(failure.cause) from None
+
+    def _load_items(self) -> list[Item]:
+        """All items up front; a loader bug becomes an error naming the task and its distribution."""
+        ref = self.ref("task", self.config.task)
+
+        def load() -> list[Item]:
+            return [canonical_item(self.config.task, item) for item in self.task.load(self.config.limit,
+                                                                                       self.config.seed)]
+        try:
+            items = contained("load", ref, load, Deadline(LOAD_TIMEOUT_S))
+        except PluginFailure as failure:
+            if isinstance(failure.original, TaskDataError):
+                raise failure.original from None  # already names the file, record and field
+            raise PluginError(f"task {self.config.task!r} ({ref.distribution}) failed to load its items: "
+                              f"{describe_exception(failure.original) if failure.original else failure.cause}") from None
+        if not items:
+            raise TaskDataError(f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
+                                f"limit {self.config.limit}): nothing to run")
+        ids = [item.id for item in items]
+        if len(set(ids)) != len(ids):
+            duplicated = sorted(i for i, n in Counter(ids).items() if n > 1)[:5]
+            raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids: {duplicated}")
+        return items
+
+    def _data_files(self) -> dict[str, str]:
+        ref = self.ref("task", self.config.task)
+        try:
+            declared = contained("data_files", ref, lambda: list(self.task.data_files()), Deadline(LOAD_TIMEOUT_S))
+        except PluginFailure as failure:
+            raise PluginError(f"task {self.config.task!r} ({ref.distribution}) could not say which data files it "
+                              f"read: {failure.cause}") from None
+        return data_hashes(declared, self.config.task_options)
+
+    def _plugin_versions(self) -> dict[str, str]:
+        used = [("task", self.config.task), ("grader", self.grader_name), ("backend", self.backend_name),
+                ("tokenizer", self.tokenizer_ref.name), *(("strategy", s) for s in self.config.strategies)]
+        versions = {"budgetbench": metadata.version("budgetbench")}
+        for kind, name in used:
+            plugin = self.registry.get(kind, name).plugin
+            versions[plugin.distribution] = plugin.version
+        return dict(sorted(versions.items()))
+
+    def identity(self, tokenizer: Tokenizer, data_files: dict[str, str]) -> dict[str, Any]:
+        """Everything that changes the experiment (hashed into ``run_key``)."""
+        c = self.config
+        return {
+            "task": c.task, "task_options": json_safe_or_empty(c.task_options), "data_files": data_files,
+            "strategies": {name: json_safe_or_empty(c.strategy_params.get(name, {})) for name in sorted(c.strategies)},
+            "budgets": sorted(c.budgets), "repeats": c.repeats, "limit": c.limit,
+            "model": c.model, "api_base": c.api_base,
+            "tokenizer": self._tokenizer_identity(tokenizer),
+            "grader": {"name": self.grader_name, "version": str(self.grader.version)}, "judge_model": c.judge_model,
+            "seed": c.seed, "temperature": c.temperature, "max_output_tokens": self.max_output_tokens,
+            "max_ingest_loss": c.max_ingest_loss, "versions": self._plugin_versions(),
+        }
+
+    def _tokenizer_identity(self, tokenizer: Tokenizer) -> dict[str, Any]:
+        """The tokenizer's id, backend and exactness; a ``server`` tokenizer is the served model's own,
+        so its id (which names an ephemeral port) is left to the model and api base fields."""
+        spec = self.config.tokenizer or self.backend.default_tokenizer()
+        info = tokenizer.info.to_dict()
+        if spec.partition(":")[0] == "server":
+            info["id"] = "server"
+        return {"spec": spec, **info}
+
+    def _describe_strategy(self, name: str) -> dict[str, Any]:
+        strategy = self._new_strategy(name)
+        try:
+            described = contained("describe", self.ref("strategy", name), strategy.describe,
+                                  Deadline(self.config.item_timeout_s))
+        except PluginFailure as failure:
+            raise PluginError(failure.cause) from None
+        described = json_safe_or_empty(described)
+        return {**(described if isinstance(described, dict) else {}),
+                "distribution": self.registry.get("strategy", name).plugin.distribution}
+
+    def _manifest(self, tokenizer: Tokenizer, started: str, identity: dict[str, Any]) -> dict[str, Any]:
+        strategies = {name: self._describe_strategy(name) for name in self.config.strategies}
+        used = {("task", self.config.task), ("grader", self.grader_name)} | {("strategy", s) for s in self.config.strategies}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_key": self.run_key,
+            "identity": identity,
+            "config": json_safe_or_empty(self.config.to_dict()),
+            "started": started,
+            "versions": {"budgetbench": metadata.version("budgetbench"), "python": platform.python_version(),
+                         **self.registry.distributions()},
+            "plugins_used": {f"{kind}:{name}": {"distribution": self.registry.get(kind, name).plugin.distribution,
+                                                 "version": self.registry.get(kind, name).plugin.version}
+                             for kind, name in sorted(used)},
+            "task": json_safe_or_empty(self.task.manifest_notes()),
+            "data_files": identity["data_files"],
+            "grader": {"name": self.grader_name, "version": str(self.grader.version), "binary": bool(self.grader.binary),
+                       "judge_model": self.config.judge_model},
+            "strategies": strategies,
+            "model": json_safe_or_empty(self.backend.describe()),
+            "judge": json_safe_or_empty(self.judge_backend.describe()) if self.judge_backend else None,
+            "tokenizer": tokenizer.info.to_dict(),
+            "plugin_failures": [{"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
+                                for p in self.registry.failures],
+            "git_commit": _git_commit(),
+            "host": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        }
+
+    def _finished_cells(self, manifest: dict[str, Any] | None, identity: dict[str, Any]) -> set[tuple]:
+        """Cells already finished under the current run_key; rows of any other key stop the run."""
+        done: dict[tuple, str] = {}
+        foreign: Counter = Counter()
+        for event in iter_events(self.run_dir):
+            key = event.get("run_key")
+            if key != self.run_key:
+                foreign[key] += 1
+                continue
+            if event.get("event") in TERMINAL_EVENTS:
+                cell = (event["task"], event["strategy"], int(event["budget"]), int(event["repeat"]),
+                        str(event["item_id"]))
+                done[cell] = event["event"]
+        if manifest and manifest.get("run_key") not in (None, self.run_key) and not foreign:
+            foreign[manifest["run_key"]] = 0
+        elif manifest and manifest.get("run_key") is None and not foreign and manifest.get("config"):
+            foreign[None] = 0
+        known = known_identities(self.run_dir, manifest)
+        if foreign:
+            raise RunConfigError(mismatch_message(self.run_dir, self.run_key, identity, foreign, known))
+        record_identity(self.run_dir, self.run_key, identity, known)
+        return {cell for cell, kind in done.items() if kind in FINAL_EVENTS}
 
     # ----------------------------------------------------------------- one cell
 
-    def _run_cell(self, strategy_name: str, item: Item, budget: int, repeat: int, fingerprint: int) -> None:
-        base = {"task": self.config.task, "strategy": strategy_name, "budget": budget, "repeat": repeat,
-                "item_id": item.id, "category": item.category, "tokenizer": self.tokenizer_info}
-        aux = {"aux_calls": 0, "aux_prompt_tokens": 0, "aux_completion_tokens": 0, "aux_latency_s": 0.0}
-        strategy = self._strategy(strategy_name)
-        context = StrategyContext(item=item, budget=budget, counter=self.counter, seed=self.config.seed + repeat,
-                                  run_dir=self.run_dir, complete=self._auxiliary_call(base, budget, aux, repeat))
+    def _cell_key(self, strategy_name: str, item: Item, budget: int, repeat: int) -> CellKey:
+        return CellKey(self.config.task, strategy_name, budget, repeat, item.id, item.category, self.run_key,
+                       self.tokenizer_info)
+
+    def _tally(self, kind: str) -> None:
+        with self._stats_lock:
+            self.stats[kind + "s"] += 1
+
+    def _strategy_cause(self, name: str, item: Item, failure: PluginFailure) -> str:
+        detail = describe_exception(failure.original) if failure.original is not None else failure.cause
+        return f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
+
+    def build_prompt(self, cell: CellLog, strategy: MemoryStrategy, item: Item, view: Item, budget: int,
+                     context: StrategyContext, deadline: Deadline, call: int = 0) -> Gated | None:
+        """Ask the strategy for a prompt, canonicalise, validate, count and audit it.
+
+        Returns the gated prompt when it may be sent; otherwise writes the cell's terminal
+        row (error or violation) and returns None. Call it once per model call of an episode.
+        ``item`` is the runner's own copy; ``view`` the private copy the strategy was given.
+        """
+        name = cell.key.strategy
+        expected = fingerprint(item.history)
+
+        def apply() -> tuple[tuple[Message, ...], list[str], Any]:
+            returned = strategy.apply(view.history, budget, context)
+            dropped: list[str] = []
+            prompt = canonical_prompt(returned, dropped)
+            validate_prompt(item, prompt)
+            if fingerprint(view.history) != expected or fingerprint((view.query,)) != fingerprint((item.query,)):
+                raise PromptError("the strategy mutated the history it was given")
+            return prompt, dropped, json_safe_or_empty(context.audit)
+
         started = time.perf_counter()
         try:
-            prompt = _call_with_timeout(lambda: strategy.apply(item.history, budget, context),
-                                        self.config.item_timeout_s)
+            prompt, dropped, audit = contained("strategy", self.ref("strategy", name), apply, deadline)
+        except PluginFailure as failure:
             strategy_s = time.perf_counter() - started
-            self._validate_prompt(strategy_name, item, prompt, fingerprint)
-        except AuxiliaryBudgetError as exc:
-            self._emit({**base, "event": "violation", "phase": "auxiliary", "prompt_tokens": exc.prompt_tokens,
-                        "quality": 0, "cause": str(exc), **aux})
-            return
-        except Exception as exc:
-            if isinstance(exc, StrategyTimeout):
-                self._discard_strategy(strategy_name)
-            phase = "ingest" if isinstance(exc, IngestLossError) else "strategy"
-            self._emit({**base, "event": "error", "phase": phase, "plugin": strategy_name,
-                        "cause": f"strategy {strategy_name!r} failed on item {item.id!r}: {_describe_error(exc)}",
-                        "strategy_s": time.perf_counter() - started, **aux})
-            return
+            cell.close()  # a thread left behind can no longer reach the server through `complete`
+            if failure.timed_out:
+                self._discard_strategy(name)
+            original = failure.original
+            if isinstance(original, AuxiliaryBudgetError):
+                cell.finish(Violation, phase="auxiliary", prompt_tokens=original.prompt_tokens,
+                            cause=describe_exception(original), plugin=name, strategy_s=strategy_s)
+                return None
+            phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
+            cell.finish(Error, phase=phase, plugin=name, distribution=failure.plugin.distribution,
+                        cause=self._strategy_cause(name, item, failure), strategy_s=strategy_s)
+            return None
+        strategy_s = time.perf_counter() - started
+        cell.strategy_s = strategy_s
         try:
-            prompt_tokens = self.counter.count(prompt)
-        except Exception as exc:
-            self._emit({**base, "event": "error", "phase": "counting", "cause": f"token counting failed: {_describe_error(exc)}"})
-            return
-        self._emit({**base, "event": "prompt_audit", "prompt_hash": _prompt_hash(prompt), "prompt_tokens": prompt_tokens,
-                    "messages": [m.to_dict() for m in prompt], "strategy_audit": context.audit})
-        if prompt_tokens > budget:
-            self._emit({**base, "event": "violation", "phase": "prompt", "prompt_tokens": prompt_tokens, "quality": 0,
-                        "strategy_s": strategy_s, **aux})
-            return
-        params = GenerationParams(self.max_output_tokens, self.config.temperature,
-                                  self.config.seed + repeat)
+            gated = contained("counting", self.tokenizer_ref, lambda: gate(prompt, budget, self.counter),
+                              Deadline.within(self.config.item_timeout_s, None))
+        except PluginFailure as failure:
+            cell.close()
+            cell.finish(Error, phase="counting", plugin=self.tokenizer_ref.name,
+                        distribution=self.tokenizer_ref.distribution, strategy_s=strategy_s,
+                        cause=f"token counting failed: {failure.cause}")
+            return None
+        cell.emit(PromptAudit, call=call, prompt_hash=gated.prompt_hash, prompt_tokens=gated.tokens,
+                  messages=gated.messages(), metadata_dropped=dropped, strategy_audit=audit if isinstance(audit, dict) else {})
+        if not gated.admitted:
+            cell.close()
+            cell.finish(Violation, phase="prompt", prompt_tokens=gated.tokens, strategy_s=strategy_s, plugin=name)
+            return None
+        if cell.served_violation:
+            cell.close()
+            cell.finish(Violation, phase="served", prompt_tokens=gated.tokens, cause=cell.served_violation,
+                        strategy_s=strategy_s, plugin=name)
+            return None
+        return gated
+
+    def send(self, cell: CellLog, gated: Gated, repeat: int) -> Any:
+        """Send an admitted prompt; returns the CallOutcome, or None after writing the terminal row."""
+        params = GenerationParams(self.max_output_tokens, self.config.temperature, self.config.seed + repeat)
+        strategy_s = cell.strategy_s
         try:
-            outcome = self.caller.call(prompt, params)
+            outcome = self.caller.call(gated.prompt, params)
         except CallFailed as exc:
-            self._emit({**base, "event": "error", "phase": "model", "cause": str(exc), "attempts": exc.attempts,
-                        "prompt_tokens": prompt_tokens, "strategy_s": strategy_s, **aux})
-            return
-        except Exception as exc:
-            self._emit({**base, "event": "error", "phase": "model", "cause": _describe_error(exc),
-                        "prompt_tokens": prompt_tokens, "strategy_s": strategy_s, **aux})
-            return
+            cell.finish(Error, phase="model", cause=str(exc), attempts=exc.attempts, prompt_tokens=gated.tokens,
+                        plugin=self.backend_name, strategy_s=strategy_s)
+            return None
+        for warning in outcome.warnings:
+            cell.emit(Warning, kind="cache_corrupt", detail=warning)
         completion = outcome.completion
+        if served_over_budget(completion.prompt_tokens, gated.budget):
+            cell.finish(Violation, phase="served", prompt_tokens=gated.tokens,
+                        served_prompt_tokens=completion.prompt_tokens, completion=completion.text,
+                        cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
+                              f"{gated.budget} (we counted {gated.tokens})", strategy_s=strategy_s)
+            return None
+        return outcome
+
+    def grade(self, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> None:
+        """Extract the prediction and grade it; writes the terminal row."""
+        completion = outcome.completion
+        strategy_s = cell.strategy_s
+        failed = dict(completion=completion.text, prompt_tokens=gated.tokens,
+                      served_prompt_tokens=completion.prompt_tokens, strategy_s=strategy_s)
+        task_ref = self.ref("task", self.config.task)
         try:
-            prediction = self.task.extract_prediction(item, completion.text)
+            prediction = contained("extract", task_ref, lambda: self.task.extract_prediction(item, completion.text),
+                                   Deadline(self.config.item_timeout_s))
+            if not isinstance(prediction, str):
+                raise PluginFailure("extract", task_ref, f"task {self.config.task!r} extract_prediction returned "
+                                                         f"{type(prediction).__name__}, not str")
+            prediction = str.__str__(prediction)
+        except PluginFailure as failure:
+            cell.finish(Error, phase="extract", plugin=self.config.task, distribution=task_ref.distribution,
+                        cause=f"extracting the prediction failed: {failure.cause}", **failed)
+            return
+        grader_ref = self.ref("grader", self.grader_name)
+
+        def grade() -> tuple[float, Any]:
             verdict = self.grader.grade(item, prediction, self.grading_context)
-            quality = float(verdict.quality)
+            quality = verdict.quality
+            if isinstance(quality, bool) or not isinstance(quality, (int, float)):
+                raise TypeError(f"quality is {type(quality).__name__}, not a number")
+            quality = float(quality)
             if not 0.0 <= quality <= 1.0:
                 raise ValueError(f"quality {quality} outside [0, 1]")
-        except Exception as exc:
-            self._emit({**base, "event": "error", "phase": "grading", "plugin": self.grader.name,
-                        "cause": f"grading failed: {_describe_error(exc)}", "completion": completion.text,
-                        "prompt_tokens": prompt_tokens, "served_prompt_tokens": completion.prompt_tokens})
+            return quality, json_safe_or_empty(verdict.detail)
+
+        try:
+            quality, detail = contained("grading", grader_ref, grade, Deadline(max(self.config.item_timeout_s,
+                                                                                    self.config.timeout_s * 4)))
+        except PluginFailure as failure:
+            cell.finish(Error, phase="grading", plugin=self.grader_name, distribution=grader_ref.distribution,
+                        cause=f"grading failed: {failure.cause}", **failed)
             return
-        self._emit({
-            **base, "event": "result", "prediction": prediction, "completion": completion.text,
-            "answer": item.answer, "quality": quality, "verdict": verdict.detail,
-            "grader": {"name": self.grader.name, "version": self.grader.version},
-            "prompt_tokens": prompt_tokens, "served_prompt_tokens": completion.prompt_tokens,
-            "served_cached_tokens": completion.cached_tokens,
-            "served_count_matches": None if completion.prompt_tokens is None else completion.prompt_tokens == prompt_tokens,
-            "completion_tokens": completion.completion_tokens, "utilisation": prompt_tokens / budget,
-            "latency_s": completion.latency_s, "strategy_s": strategy_s, "cost": completion.cost,
-            "attempts": outcome.attempts, "cached": outcome.cached, **aux,
-        })
+        served = completion.prompt_tokens
+        cell.finish(
+            Result, prediction=prediction, completion=completion.text, answer=json_safe_or_empty(item.answer),
+            quality=quality, verdict=detail if isinstance(detail, dict) else {},
+            grader={"name": self.grader_name, "version": str(self.grader.version)},
+            prompt_tokens=gated.tokens, served_prompt_tokens=served, served_cached_tokens=completion.cached_tokens,
+            served_count_matches=None if served is None else served == gated.tokens,
+            completion_tokens=completion.completion_tokens, utilisation=gated.tokens / gated.budget,
+            latency_s=completion.latency_s,
+            strategy_s=strategy_s, cost=completion.cost, attempts=outcome.attempts, cached=outcome.cached,
+        )
 
-    def _validate_prompt(self, name: str, item: Item, prompt: Any, fingerprint: int) -> None:
-        if not isinstance(prompt, list) or not all(isinstance(m, Message) for m in prompt):
-            raise TypeError(f"apply must return list[Message], got {type(prompt).__name__}"
-                            + (f" of {sorted({type(m).__name__ for m in prompt})}" if isinstance(prompt, list) else ""))
-        unknown = sorted({m.role for m in prompt} - set(ROLES))
-        if unknown:
-            raise ValueError(f"prompt has messages with unknown roles {unknown}; allowed: {list(ROLES)}")
-        if not prompt or prompt[-1] != item.query:
-            raise ValueError("prompt does not end with the item's query unchanged")
-        if item.system is not None and prompt[0] != item.system:
-            raise ValueError("prompt does not start with the item's system prompt unchanged")
-        if _history_fingerprint(item.history) != fingerprint:
-            raise ValueError("the strategy mutated the history it was given")
+    def run_cell(self, strategy_name: str, item: Item, view: Item, budget: int, repeat: int) -> None:
+        """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
 
-    def _auxiliary_call(self, base: dict[str, Any], budget: int, totals: dict[str, Any], repeat: int):
-        def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
-            messages = list(messages)
-            prompt_tokens = self.counter.count(messages)
-            if prompt_tokens > budget:
-                raise AuxiliaryBudgetError(
-                    f"auxiliary call {purpose!r} has {prompt_tokens} prompt tokens, over the budget of {budget}",
-                    prompt_tokens)
-            outcome = self.caller.call(messages, GenerationParams(max_tokens, 0.0, self.config.seed + repeat))
-            completion = outcome.completion
-            totals["aux_calls"] += 1
-            totals["aux_prompt_tokens"] += prompt_tokens
-            totals["aux_completion_tokens"] += completion.completion_tokens or 0
-            totals["aux_latency_s"] += completion.latency_s
-            self._emit({**base, "event": "aux_call", "purpose": purpose, "prompt_tokens": prompt_tokens,
-                        "served_prompt_tokens": completion.prompt_tokens,
-                        "completion_tokens": completion.completion_tokens, "latency_s": completion.latency_s,
-                        "cached": outcome.cached, "messages": [m.to_dict() for m in messages],
-                        "completion": completion.text})
-            return completion.text
+        An episodic task (several model calls per cell) repeats ``build_prompt`` and ``send``
+        per call with the same ``cell`` and ``deadline``, and writes the terminal row once.
+        """
+        cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
+        deadline = Deadline(self.config.item_timeout_s)
+        channel = AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)
+        context = StrategyContext(item=view, budget=budget, counter=self.counter, seed=self.config.seed + repeat,
+                                  run_dir=self.run_dir, complete=channel)
+        try:
+            gated = self.build_prompt(cell, self._strategy(strategy_name), item, view, budget, context, deadline)
+            if gated is None:
+                return
+            cell.close()  # the strategy's part is over: its channel takes no more calls
+            outcome = self.send(cell, gated, repeat)
+            if outcome is None:
+                return
+            self.grade(cell, item, gated, outcome)
+        finally:
+            cell.close()
+            if cell.terminal is None:  # a harness bug: still never a cell without its row
+                cell.finish(Error, phase="cell", cause="the cell ended without a decision (harness error)")
 
-        return complete
+    # ----------------------------------------------------------------- the units
 
-    def _judge(self, messages: Sequence[Message], max_tokens: int) -> str:
-        return self.judge_caller.call(list(messages), GenerationParams(max_tokens, 0.0, self.config.seed)).completion.text
+    def form_units(self, items: Sequence[Item], done: set[tuple]) -> list[Unit]:
+        """Every (strategy, item) with the cells still to run, in a seeded shuffled order."""
+        units = []
+        for strategy in self.config.strategies:
+            for item in items:
+                pairs = [(b, r) for b in self.config.budgets for r in range(self.config.repeats)]
+                random.Random(f"{self.config.seed}:{strategy}:{item.id}").shuffle(pairs)
+                todo = [(b, r) for b, r in pairs if (self.config.task, strategy, b, r, item.id) not in done]
+                units.append(Unit(strategy, item, todo, len(pairs) - len(todo)))
+        random.Random(self.config.seed).shuffle(units)
+        return units
+
+    def run_unit(self, unit: Unit, progress: Callable[[str, int], None]) -> None:
+        """Reset the strategy (contained, with a deadline), then run the unit's cells in order."""
+        for _ in range(unit.skipped):
+            progress(unit.strategy, 1)
+        with self._stats_lock:
+            self.stats["cells_skipped"] += unit.skipped
+        if not unit.todo:
+            return
+        item, view = unit.item, private_copy(unit.item)
+        strategy = self._strategy(unit.strategy)
+        try:
+            contained("reset", self.ref("strategy", unit.strategy), strategy.reset,
+                      Deadline(self.config.item_timeout_s))
+        except PluginFailure as failure:
+            self._discard_strategy(unit.strategy)
+            for budget, repeat in unit.todo:
+                cell = CellLog(self.log, self._cell_key(unit.strategy, item, budget, repeat), self._tally)
+                cell.finish(Error, phase="reset", plugin=unit.strategy, distribution=failure.plugin.distribution,
+                            cause=f"strategy {unit.strategy!r} reset failed before item {item.id!r}: "
+                                  f"{describe_exception(failure.original) if failure.original else failure.cause}")
+                progress(unit.strategy, 1)
+            return
+        for budget, repeat in unit.todo:
+            if self._stop.is_set():
+                return
+            self.run_cell(unit.strategy, item, view, budget, repeat)
+            progress(unit.strategy, 1)
+
+    def execute_units(self, units: Sequence[Unit], progress: Callable[[str, int], None]) -> None:
+        """Run ``units`` on ``max_concurrency`` threads; Ctrl+C stops taking cells, rows stay valid."""
+        pool = ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency))
+        try:
+            futures = [pool.submit(self.run_unit, unit, progress) for unit in units]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                future.result()
+        except BaseException:
+            self._stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # ----------------------------------------------------------------- the run
 
-    def _unit(self, strategy_name: str, item: Item, done: set[tuple], progress: Callable[[str, int], None]) -> None:
-        pairs = [(b, r) for b in self.config.budgets for r in range(self.config.repeats)]
-        random.Random(f"{self.config.seed}:{strategy_name}:{item.id}").shuffle(pairs)
-        todo = [(b, r) for b, r in pairs if (self.config.task, strategy_name, b, r, item.id) not in done]
-        for _ in range(len(pairs) - len(todo)):
-            progress(strategy_name, 1)
-        with self._stats_lock:
-            self.stats["cells_skipped"] += len(pairs) - len(todo)
-        if not todo:
-            return
-        item = _private_copy(item)
-        strategy = self._strategy(strategy_name)
-        try:
-            strategy.reset()
-        except Exception as exc:
-            self._discard_strategy(strategy_name)
-            for budget, repeat in todo:
-                self._emit({"task": self.config.task, "strategy": strategy_name, "budget": budget, "repeat": repeat,
-                            "item_id": item.id, "category": item.category, "event": "error", "phase": "strategy",
-                            "plugin": strategy_name,
-                            "cause": f"strategy {strategy_name!r} reset failed before item {item.id!r}: {_describe_error(exc)}"})
-                progress(strategy_name, 1)
-            return
-        fingerprint = _history_fingerprint(item.history)
-        for budget, repeat in todo:
-            if self._stop.is_set():
-                return
-            self._run_cell(strategy_name, item, budget, repeat, fingerprint)
-            progress(strategy_name, 1)
+    def _judge(self, messages: Sequence[Message], max_tokens: int) -> str:
+        prompt = canonical_prompt(list(messages))
+        return self.judge_caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self.config.seed)).completion.text
 
     def execute(self, progress: Callable[[str, int], None] | None = None,
                 on_start: Callable[[int, dict[str, int]], None] | None = None) -> RunSummary:
@@ -514,12 +636,9 @@ class Run:
                  on_start: Callable[[int, dict[str, int]], None] | None) -> RunSummary:
         progress = progress or (lambda name, n: None)
         started_clock = time.perf_counter()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._check_identity()
+        previous = read_manifest(self.run_dir)
         items = self._load_items()
-        ids = [item.id for item in items]
-        if len(set(ids)) != len(ids):
-            raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids")
+        data_files = self._data_files()
         self.backend.start()
         if self.judge_backend:
             self.judge_backend.start()
@@ -527,37 +646,32 @@ class Run:
             tokenizer = self._tokenizer()
             self.counter = PromptCounter(tokenizer)
             self.tokenizer_info = tokenizer.info.to_dict()
-            previous = read_manifest(self.run_dir) or {}
+            identity = self.identity(tokenizer, data_files)
+            self.run_key = run_key(identity)
+            repair_torn_tails(self.run_dir)
+            done = self._finished_cells(previous, identity)
             invoked = now()
-            manifest = self._manifest(tokenizer, previous.get("started", invoked))
+            manifest = self._manifest(tokenizer, (previous or {}).get("started", invoked), identity)
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
-            manifest["invocations"] = [*previous.get("invocations", []),
+            manifest["invocations"] = [*(previous or {}).get("invocations", []),
                                        {"started": invoked, "finished": None, "calls_made": None}]
             write_json_atomic(self.run_dir / "manifest.json", manifest)
             cache = ResponseCache(self.run_dir / "cache.sqlite")
-            self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries)
-            self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries)
+            backend_ref = self.ref("backend", self.backend_name)
+            self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries,
+                                      timeout_s=self.config.timeout_s, plugin=backend_ref)
+            self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries,
+                                             timeout_s=self.config.timeout_s,
+                                             plugin=self.ref("backend", _backend_for(self.config.judge_model or "")))
                                  if self.judge_backend else self.caller)
             self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
-            repair_torn_tails(self.run_dir)
-            done = {key for key, row in final_rows(self.run_dir).items() if row["event"] in FINAL_EVENTS}
-            units = [(s, item) for s in self.config.strategies for item in items]
-            random.Random(self.config.seed).shuffle(units)
+            units = self.form_units(items, done)
             per_strategy = {s: len(items) * len(self.config.budgets) * self.config.repeats for s in self.config.strategies}
             if on_start:
                 on_start(sum(per_strategy.values()), per_strategy)
-            pool = ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency))
             try:
-                futures = [pool.submit(self._unit, s, item, done, progress) for s, item in units]
-                finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    future.result()
-            except BaseException:
-                # Ctrl+C or a harness bug: stop taking cells; rows already written stay valid.
-                self._stop.set()
-                raise
+                self.execute_units(units, progress)
             finally:
-                pool.shutdown(wait=True, cancel_futures=True)
                 cache.close()
                 self.log.close()
                 calls = self.caller.calls_made + (self.judge_caller.calls_made if self.judge_backend else 0)
@@ -574,10 +688,17 @@ class Run:
                           time.perf_counter() - started_clock)
 
 
+def normalised(config: RunConfig) -> RunConfig:
+    """``config`` with duplicate budgets and strategies removed (first occurrence kept): a
+    cell is never run twice in one command."""
+    return replace(config, budgets=list(dict.fromkeys(int(b) for b in config.budgets)),
+                   strategies=list(dict.fromkeys(config.strategies)))
+
+
 def run(config: RunConfig, registry: Registry | None = None, **callbacks: Any) -> RunSummary:
     """Run (or resume) ``config`` and return the summary."""
-    if not config.budgets or any(b <= 0 for b in config.budgets):
+    if not config.budgets or any(isinstance(b, bool) or int(b) != b or b <= 0 for b in config.budgets):
         raise RunConfigError(f"budgets must be positive integers, got {config.budgets}")
     if not config.strategies:
         raise RunConfigError("no strategies given")
-    return Run(config, registry or get_registry()).execute(**callbacks)
+    return Run(normalised(config), registry or get_registry()).execute(**callbacks)

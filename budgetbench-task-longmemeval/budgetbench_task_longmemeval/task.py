@@ -37,7 +37,7 @@ class LongMemEval(Task):
         unknown = sorted(options)
         if unknown:
             raise ValueError(f"longmemeval: unknown task options {unknown}; known: path, split")
-        self.path = resolve_data_file("longmemeval", SPLITS[split], path)
+        self.path = self.read_data_file(resolve_data_file("longmemeval", SPLITS[split], path))
 
     def load(self, limit, seed):
         for index, record in load_records(self.path, limit, seed):

@@ -99,7 +99,7 @@ class SWEBenchVerified(Task):
         )
 
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
-        path = resolve_data_file(DATASET, DEFAULT_FILE, self.path)
+        path = self.read_data_file(resolve_data_file(DATASET, DEFAULT_FILE, self.path))
         instances = load_instances(path)
         selected = instances if limit is None else balanced(instances, limit, seed, lambda i: i.repo, "swebench-verified")
         self._notes = {"data_file": str(path), "items_in_file": len(instances), "items_selected": len(selected)}

@@ -11,7 +11,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from budgetbench_core import Backend, Completion, GenerationParams, Message, ResponseError, TransportError, hookimpl
+from budgetbench_core import (
+    Backend,
+    Completion,
+    FatalError,
+    GenerationParams,
+    Message,
+    ResponseError,
+    TransportError,
+    hookimpl,
+    redact,
+)
 
 _TRANSPORT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
@@ -51,6 +61,10 @@ class LiteLLMBackend(Backend):
         super().__init__(model, api_base=api_base, timeout_s=timeout_s, **options)
         self.max_context = max_context
 
+    def start(self) -> None:
+        """Import litellm now (seconds on a busy machine), not inside the first call's deadline."""
+        _litellm()
+
     def _extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if self.model.startswith(("ollama/", "ollama_chat/")) and self.max_context:
@@ -76,9 +90,13 @@ class LiteLLMBackend(Backend):
                                     litellm.exceptions.RateLimitError, litellm.exceptions.InternalServerError,
                                     litellm.exceptions.ServiceUnavailableError))
             )
-            message = f"{type(exc).__name__} (status {status}): {str(exc)[:500]}"
+            message = f"{type(exc).__name__} (status {status}): {redact(str(exc))[:500]}"  # redact, then cut
             if transport:
                 raise TransportError(message + (" [429]" if status == 429 else ""), _retry_after(exc)) from exc
+            if (status in (401, 404) or isinstance(exc, (litellm.exceptions.AuthenticationError,
+                                                         litellm.exceptions.NotFoundError))
+                    or "LLM Provider NOT provided" in str(exc)):
+                raise FatalError(message) from exc  # a refused key, unknown provider or model: stop the run
             raise ResponseError(message) from exc
         latency = time.perf_counter() - started
         try:
@@ -90,14 +108,20 @@ class LiteLLMBackend(Backend):
             raise ResponseError("response message has no content")
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None)
+        prompt_tokens = getattr(usage, "prompt_tokens", None)
+        completion_tokens = getattr(usage, "completion_tokens", None)
+        if not prompt_tokens:
+            # litellm fills a missing usage block with zeros; a chat prompt always has tokens,
+            # so a 0 prompt count is a figure the server did not give: record null, not 0.
+            prompt_tokens = completion_tokens = None
         cost = None
         hidden = getattr(response, "_hidden_params", None) or {}
         if isinstance(hidden, dict) and hidden.get("response_cost") is not None:
             cost = float(hidden["response_cost"])
         return Completion(
             text=text,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             cached_tokens=getattr(details, "cached_tokens", None) if details else None,
             latency_s=latency, cost=cost, model=getattr(response, "model", None),
         )

@@ -80,7 +80,7 @@ class LongBenchV2(Task):
         )
 
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
-        path = resolve_data_file(DATASET, DEFAULT_FILE, self.path)
+        path = self.read_data_file(resolve_data_file(DATASET, DEFAULT_FILE, self.path))
         records = load_records(path)
         if self.max_natural_tokens is None:
             # Chunk only what is selected: chunking every context takes seconds.

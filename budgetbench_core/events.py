@@ -1,0 +1,263 @@
+"""Typed event records: one dataclass per event kind, the single source of docs/events.md.
+
+Every row the runner writes is built from one of these classes (``row()`` gives the JSON
+object), so a field cannot be written without being documented. ``render_markdown()``
+produces docs/events.md; a test fails when the page and the classes disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = "2"
+TERMINAL_EVENTS = ("result", "violation", "error")
+FINAL_EVENTS = ("result", "violation")
+
+
+def doc(text: str, default: Any = MISSING, factory: Any = MISSING) -> Any:
+    """A dataclass field with its documentation attached."""
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata={"doc": text})
+    if default is not MISSING:
+        return field(default=default, metadata={"doc": text})
+    return field(metadata={"doc": text})
+
+
+@dataclass(kw_only=True)
+class CellEvent:
+    """Fields every cell event carries."""
+
+    EVENT: ClassVar[str] = ""
+    task: str = doc("task name")
+    strategy: str = doc("strategy (or memory system) name")
+    budget: int = doc("the cell's budget: input tokens one call may present")
+    repeat: int = doc("repeat index, from 0")
+    item_id: str = doc("the item's id, exactly as the task gave it")
+    category: str | None = doc("the item's category (question type)", None)
+    run_key: str = doc("hash of everything that defines the experiment (see Run identity); resume reuses only "
+                       "rows with the current key")
+    tokenizer: dict[str, Any] | None = doc("`{id, backend, exact}` of the tokenizer that counted", None)
+
+    def row(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": self.EVENT}
+        for item in fields(self):
+            out[item.name] = getattr(self, item.name)
+        return out
+
+
+@dataclass(kw_only=True)
+class PromptAudit(CellEvent):
+    """Written for every prompt a strategy produced, before the budget decision."""
+
+    EVENT: ClassVar[str] = "prompt_audit"
+    call: int = doc("index of the model call within the cell (0 for a single-call task)", 0)
+    prompt_hash: str = doc("sha256 of the canonical chat messages (role and content) that were counted and would "
+                           "be sent")
+    prompt_tokens: int = doc("exact token count of the rendered canonical prompt, chat template included")
+    messages: list[dict[str, Any]] = doc("the canonical prompt, each `{role, content, metadata}`")
+    metadata_dropped: list[str] = doc("paths of message metadata that were not JSON-safe and were left out",
+                                      factory=list)
+    strategy_audit: dict[str, Any] = doc("what the strategy reported (retrieval scores, chosen units, summary "
+                                         "calls, budget fill), JSON-safe copy", factory=dict)
+
+
+@dataclass(kw_only=True)
+class AuxCall(CellEvent):
+    """One auxiliary model call a strategy made through the harness (summary, compression)."""
+
+    EVENT: ClassVar[str] = "aux_call"
+    purpose: str = doc("what the strategy said the call is for")
+    sent: bool = doc("false when the gate refused the call (over budget): it never reached the server")
+    prompt_hash: str = doc("sha256 of the canonical messages")
+    prompt_tokens: int = doc("exact count of the canonical prompt")
+    served_prompt_tokens: int | None = doc("the server's prompt count; null when not reported", None)
+    completion_tokens: int | None = doc("the server's completion count; null when not reported", None)
+    latency_s: float | None = doc("call time", None)
+    cached: bool = doc("reply came from the response cache", False)
+    messages: list[dict[str, Any]] = doc("the canonical messages", factory=list)
+    completion: str | None = doc("the reply text", None)
+
+
+@dataclass(kw_only=True)
+class Warning(CellEvent):
+    """Something was repaired on the way and the cell went on (e.g. a corrupt cache entry was dropped)."""
+
+    EVENT: ClassVar[str] = "warning"
+    kind: str = doc("`cache_corrupt` (a cache entry could not be read: dropped and asked again)")
+    detail: str = doc("what happened")
+
+
+@dataclass(kw_only=True)
+class Terminal(CellEvent):
+    """Fields of the three terminal kinds (result, violation, error)."""
+
+    strategy_s: float | None = doc("time the strategy took to build the prompt", None)
+    aux_calls: int = doc("auxiliary calls sent for this cell", 0)
+    aux_prompt_tokens: int = doc("their prompt tokens (our count)", 0)
+    aux_completion_tokens: int = doc("their completion tokens (as reported; unreported counts as absent)", 0)
+    aux_latency_s: float = doc("their total latency", 0.0)
+
+
+@dataclass(kw_only=True)
+class Result(Terminal):
+    """The prompt was admitted, sent, answered and graded."""
+
+    EVENT: ClassVar[str] = "result"
+    prediction: str = doc("the answer extracted from the completion")
+    completion: str = doc("the raw model reply")
+    answer: Any = doc("the gold answer (JSON-safe copy)")
+    quality: float = doc("grader score in [0, 1]")
+    verdict: dict[str, Any] = doc("the grader's detail (raw judge verdict, normalised strings), JSON-safe copy")
+    grader: dict[str, Any] = doc("`{name, version}`")
+    prompt_tokens: int = doc("our exact count of the rendered prompt")
+    served_prompt_tokens: int | None = doc("the server's `usage.prompt_tokens`; **null when the server gave none** "
+                                           "(never 0 by default)")
+    served_cached_tokens: int | None = doc("cached prompt tokens the server reported, if any", None)
+    served_count_matches: bool | None = doc("`served_prompt_tokens == prompt_tokens`; null when not reported")
+    completion_tokens: int | None = doc("the server's completion tokens; null when not reported")
+    utilisation: float = doc("`prompt_tokens / budget`")
+    latency_s: float | None = doc("model call time (the successful attempt)")
+    cost: float | None = doc("cost the backend reported (null when unknown)", None)
+    attempts: int = doc("model call attempts (0 when served from the response cache)")
+    cached: bool = doc("true when the reply came from the run's response cache")
+
+
+@dataclass(kw_only=True)
+class Violation(Terminal):
+    """The budget was exceeded. Scored `quality: 0`."""
+
+    EVENT: ClassVar[str] = "violation"
+    phase: str = doc("`prompt` (the answering prompt was over budget: not sent), `auxiliary` (a strategy's "
+                     "summary/compression prompt was over budget: not sent), or `served` (the server counted more "
+                     "prompt tokens than the budget: sent, completion kept for audit, scored 0)")
+    prompt_tokens: int = doc("our exact count")
+    served_prompt_tokens: int | None = doc("the server's count (phase `served`)", None)
+    quality: float = doc("always 0", 0)
+    cause: str | None = doc("which call, and the counts", None)
+    completion: str | None = doc("the reply, kept for audit (phase `served`)", None)
+    plugin: str | None = doc("the strategy", None)
+
+
+@dataclass(kw_only=True)
+class Error(Terminal):
+    """Something failed; no prediction exists and none is invented."""
+
+    EVENT: ClassVar[str] = "error"
+    phase: str = doc("`reset`, `strategy` (apply), `ingest`, `retrieve`, `counting`, `model`, `extract`, "
+                     "`grading`, `cell` (the cell's deadline passed)")
+    cause: str = doc("the error, naming the plugin, its distribution and the item")
+    plugin: str | None = doc("the plugin at fault, when known", None)
+    distribution: str | None = doc("its distribution, when known", None)
+    attempts: int | None = doc("model call attempts made, for `model` errors", None)
+    prompt_tokens: int | None = doc("our count, when the prompt was counted", None)
+    served_prompt_tokens: int | None = doc("the server's count, when a reply arrived", None)
+    completion: str | None = doc("the reply, when one arrived before the failure", None)
+
+
+@dataclass(kw_only=True)
+class RefusedCall(CellEvent):
+    """A call through a cell's `complete` after that cell ended. Refused (never sent) and written to
+    `late_calls.jsonl` in the run directory, never to the cell's file (nothing follows a terminal row)."""
+
+    EVENT: ClassVar[str] = "refused_call"
+    purpose: str = doc("what the strategy said the call is for")
+    reason: str = doc("why it was refused")
+
+
+CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Error)
+ALL_EVENTS = (*CELL_EVENTS, RefusedCall)
+
+
+# ----------------------------------------------------------------- docs/events.md
+
+_HEADER = f"""# Run directory and event schema (schema_version {SCHEMA_VERSION})
+
+This page is generated from `budgetbench_core/events.py` (`python -m budgetbench_core.events >
+docs/events.md`); a test fails when they disagree.
+
+```
+runs/<name>/manifest.json                                 what ran, with which versions, and the run identity
+runs/<name>/cells/<task>/<strategy>/<budget>/r<k>.jsonl   one event per line
+runs/<name>/retrievals/<system>/<item>.json               what a memory system returned
+runs/<name>/cache.sqlite                                  response cache (resume never pays twice; redacted)
+runs/<name>/late_calls.jsonl                              calls refused because their cell had ended
+runs/<name>/.lock                                         held (flock) by the process writing the run
+runs/<name>/report/                                       tables, plots, index.html
+```
+
+Names on disk (task, strategy, system and item ids) are injective: a name made only of
+lower-case letters, digits, `_`, `.`, `-` (not starting with `.`, at most 64 characters) is
+used as it is; any other name becomes a readable prefix, `~` and 12 hex digits of the
+sha256 of the exact name (`user/42` -> `user_42~…`), so two ids never share a file.
+
+Field names are a public schema. They change only with a `schema_version` bump in the manifest.
+Version 2 added `run_key` on every row, `call` and `metadata_dropped` on `prompt_audit`, `sent`
+and `prompt_hash` on `aux_call`, the `warning` kind, violation phase `served`, error phases
+`reset`, `retrieve`, `extract`, `cell`, and `distribution` on errors.
+
+## Manifest
+
+`schema_version`, `run_key`, `identity` (the fields the key is made of), `config` (every run
+option; no secrets), `started`, `versions` (core, Python and every loaded plugin distribution),
+`plugins_used` (`kind:name` -> distribution and version), `plugin_failures`, `task` (the task's
+own notes), `data_files` (path -> sha256 of every file the task read), `grader`, `strategies`,
+`model`, `judge`, `tokenizer`, `git_commit`, `host`, `invocations` (`started`, `finished`,
+`calls_made`; a process killed with -9 leaves `finished: null`) and `calls_made`.
+
+Secrets are redacted before anything is truncated and before anything reaches disk (event rows,
+manifest, retrievals, response cache, report): the value of every environment variable whose name
+ends in `KEY`, `TOKEN`, `SECRET`, `PASSWORD` or `CREDENTIAL(S)` (and any 12-character piece of
+it) becomes `<NAME redacted>`, and any `Authorization:`/`Bearer` value becomes `<redacted>`.
+
+## Run identity
+
+`run_key` is a hash of: task and its options, the sha256 of every data file the task read
+(`Task.data_files()`, plus any task option naming an existing file), strategies with their
+parameters, budgets, repeats, limit, model and api base, tokenizer identity, grader (name,
+version) and judge, seed, temperature, max output tokens, ingest-loss limit, and the
+distribution versions of the core and the plugins used. `identity.json` in the run directory
+keeps the fields of every key that wrote rows there.
+
+## Resume
+
+Re-running the same command on the same `--out` directory resumes: cells whose last terminal
+event is `result` or `violation` **with the current run_key** are kept and make no model call;
+cells that ended in `error` are tried again. Rows with another run_key (with or without a
+manifest) make the run stop before any call, naming the fields that differ (for a data file:
+the file and both hashes). A torn last line is ignored by readers and cut off before the next
+append. Duplicate budgets or strategies in one command are run once.
+"""
+
+
+def _type_name(annotation: Any) -> str:
+    return str(annotation).replace("typing.", "").replace("|", "\\|")
+
+
+def render_markdown() -> str:
+    """docs/events.md, from the dataclasses above."""
+    lines = [_HEADER]
+    common = {f.name for f in fields(CellEvent)}
+    lines += ["## Common fields (every event)", "", "| field | type | meaning |", "|---|---|---|",
+              "| `event` | str | the kind: " + ", ".join(f"`{c.EVENT}`" for c in ALL_EVENTS) + " |",
+              "| `time` | str | UTC ISO timestamp when the row was written |"]
+    lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(CellEvent)]
+    terminal = {f.name for f in fields(Terminal)} - common
+    for cls in ALL_EVENTS:
+        lines += ["", f"## `{cls.EVENT}`", "", (cls.__doc__ or "").strip().replace("\n    ", "\n"), ""]
+        own = [f for f in fields(cls) if f.name not in common]
+        if issubclass(cls, Terminal):
+            own = [f for f in own if f.name not in terminal]
+        lines += ["| field | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in own]
+        if issubclass(cls, Terminal):
+            lines.append("| " + ", ".join(f"`{name}`" for name in (f.name for f in fields(Terminal))
+                                          if name in terminal) + " | | see Terminal fields |")
+    lines += ["", "## Terminal fields (result, violation, error)", "", "| field | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(Terminal)
+              if f.name in terminal]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,80 @@
+"""The budget gate: the one function that decides whether a prompt may be sent.
+
+Answer prompts and auxiliary calls (summaries, compression) go through the same ``gate``:
+the messages are rebuilt as the canonical prompt (``sandbox.canonical_prompt``), counted
+exactly with the chat template, and hashed. Only ``Gated.prompt`` is ever sent. After a
+call, ``served_over_budget`` checks the server's own count: a served count above the
+budget is a violation, whatever our count said.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .messages import Message
+from .sandbox import canonical_prompt
+from .tokenizers import PromptCounter
+
+
+class AuxiliaryBudgetError(RuntimeError):
+    """A strategy's auxiliary call (summary, compression) had a prompt over the budget; it was not sent."""
+
+    def __init__(self, message: str, prompt_tokens: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+
+
+class CountError(TypeError):
+    """The tokenizer returned something that is not a token count."""
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A canonical prompt with its exact count against one budget."""
+
+    prompt: tuple[Message, ...]
+    tokens: int
+    budget: int
+    prompt_hash: str
+    metadata_dropped: list[str] = field(default_factory=list)
+
+    @property
+    def admitted(self) -> bool:
+        return self.tokens <= self.budget
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [m.to_dict() for m in self.prompt]
+
+
+def prompt_hash(messages: Sequence[Message]) -> str:
+    payload = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def exact_count(counter: PromptCounter, prompt: tuple[Message, ...]) -> int:
+    tokens = counter.count(prompt)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise CountError(f"tokenizer {counter.info.id!r} returned {type(tokens).__name__} {tokens!r}, "
+                         f"not a token count")
+    return int.__index__(tokens)
+
+
+def gate(messages: Any, budget: int, counter: PromptCounter) -> Gated:
+    """Canonicalise ``messages`` (a list of Message, as a plugin gave it), count and hash it.
+
+    Raises ``sandbox.PromptError`` for a malformed prompt. The caller sends ``prompt`` only
+    when ``admitted``.
+    """
+    dropped: list[str] = []
+    prompt = canonical_prompt(list(tuple.__iter__(messages)) if isinstance(messages, tuple) else messages, dropped)
+    tokens = exact_count(counter, prompt)
+    return Gated(prompt, tokens, int(budget), prompt_hash(prompt), dropped)
+
+
+def served_over_budget(served_prompt_tokens: int | None, budget: int) -> bool:
+    """True when the server counted more prompt tokens than the budget allows (unknown is not over)."""
+    return served_prompt_tokens is not None and served_prompt_tokens > budget

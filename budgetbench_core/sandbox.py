@@ -1,0 +1,313 @@
+"""The plugin sandbox: nothing a plugin returns or raises is trusted.
+
+Three tools, used by the runner for every plugin call and by the conformance kit:
+
+- ``contained(phase, plugin, function, deadline)`` runs plugin code on a thread of its own
+  and turns *any* ``BaseException`` (``SystemExit`` and ``KeyboardInterrupt`` raised by a
+  plugin included) or a missed deadline into a ``PluginFailure`` naming the plugin, its
+  distribution and the phase. A real Ctrl+C reaches the main thread, never a plugin thread,
+  so it still stops the run.
+- ``canonical_prompt(value)`` rebuilds whatever ``apply`` returned as plain core
+  ``Message(role, content)`` values: exact ``str`` content, a role from ``ROLES``, metadata
+  copied through ``json_safe`` (what cannot be copied is dropped and listed). That object is
+  what is counted, hashed, audited, cached and sent; the strategy's objects never leave here.
+- ``validate_prompt(item, prompt)`` checks the canonical prompt against the item the runner
+  keeps for itself (system prompt first, query last, both unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .messages import ROLES, Item, Message
+
+T = TypeVar("T")
+
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+
+class PromptError(ValueError):
+    """``apply`` returned something that is not an acceptable prompt; the message says why."""
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    """Who is at fault when plugin code fails: kind, registered name and distribution."""
+
+    kind: str
+    name: str
+    distribution: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name!r}" + (f" ({self.distribution})" if self.distribution else "")
+
+
+class PluginFailure(Exception):
+    """Plugin code raised (anything) or missed its deadline. ``cause`` is ready for an error row."""
+
+    def __init__(self, phase: str, plugin: PluginRef, cause: str, timed_out: bool = False,
+                 original: BaseException | None = None) -> None:
+        super().__init__(cause)
+        self.phase = phase
+        self.plugin = plugin
+        self.cause = cause
+        self.timed_out = timed_out
+        self.original = original
+
+
+class PhaseError(Exception):
+    """Raised by core wrappers (the memory-system adapter) to say which phase of a plugin failed."""
+
+    def __init__(self, phase: str, original: BaseException) -> None:
+        super().__init__(describe_exception(original))
+        self.phase = phase
+        self.original = original
+
+
+class Deadline:
+    """An absolute point in time; ``remaining()`` never goes below zero."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self.at = time.monotonic() + self.seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+    @classmethod
+    def within(cls, seconds: float, outer: Deadline | None) -> Deadline:
+        """The earlier of ``seconds`` from now and ``outer``."""
+        inner = cls(seconds)
+        if outer is not None and outer.at < inner.at:
+            inner.at, inner.seconds = outer.at, outer.remaining()
+        return inner
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` without running plugin code that could raise or hang (``__str__``)."""
+    name = type(exc).__name__
+    try:
+        args = exc.args if isinstance(exc.args, tuple) else ()
+        text = ", ".join(a if type(a) is str else _plain_repr(a) for a in args)
+    except BaseException:  # noqa: BLE001 - a hostile exception object
+        text = "<unprintable>"
+    return f"{name}: {text}" if text else name
+
+
+def _plain_repr(value: Any) -> str:
+    if type(value) in (int, float, bool, type(None)):
+        return repr(value)
+    return f"<{type(value).__name__}>"
+
+
+def contained(phase: str, plugin: PluginRef, function: Callable[[], T], deadline: Deadline) -> T:
+    """``function()`` on its own daemon thread, waited for until ``deadline``.
+
+    Returns its value or raises ``PluginFailure``. A thread that misses the deadline is
+    left behind (Python cannot kill it): the caller must discard the instance it used and
+    close whatever channel it was given.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as exc:  # noqa: BLE001 - containment is the point
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name=f"plugin-{phase}")
+    thread.start()
+    thread.join(deadline.remaining())
+    if thread.is_alive():
+        raise PluginFailure(phase, plugin, f"{plugin.describe()} did not return within "
+                                           f"{deadline.seconds:g} s ({phase})", timed_out=True)
+    if "error" in box:
+        error = box["error"]
+        if isinstance(error, PluginFailure):
+            raise error
+        if isinstance(error, PhaseError):
+            phase, error = error.phase, error.original
+        raise PluginFailure(phase, plugin, f"{plugin.describe()} failed in {phase}: {describe_exception(error)}",
+                            original=error)
+    return box["value"]
+
+
+# ----------------------------------------------------------------- JSON-safe copies
+
+def json_safe(value: Any, dropped: list[str] | None = None, path: str = "$") -> Any:
+    """A copy of ``value`` made only of exact dict/list/str/int/float/bool/None.
+
+    Anything else (objects, cycles, NaN, non-string keys, too deep or too large) is left
+    out and its path appended to ``dropped``; this never raises on hostile input types, and
+    never calls a plugin's ``__str__``, ``__repr__`` or ``__eq__``.
+    """
+    dropped = dropped if dropped is not None else []
+    budget = [MAX_NODES]
+    return _copy(value, dropped, path, set(), 0, budget)
+
+
+_MISSING = object()
+
+
+def _copy(value: Any, dropped: list[str], path: str, active: set[int], depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        dropped.append(path)
+        return _MISSING
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        dropped.append(path)
+        return _MISSING
+    if isinstance(value, str):
+        return str.__str__(value)  # an exact str, whatever the subclass overrides
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__index__(value)
+    if isinstance(value, (dict, Mapping, list, tuple)):
+        if id(value) in active:
+            dropped.append(path + " (cycle)")
+            return _MISSING
+        active.add(id(value))
+        try:
+            if isinstance(value, dict):
+                pairs = list(dict.items(value))
+            elif isinstance(value, (list, tuple)):
+                pairs = list(enumerate(list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)))
+            else:
+                pairs = list(value.items())  # a mapping proxy over one of our dicts
+            out: Any = {} if isinstance(value, (dict, Mapping)) else []
+            for key, item in pairs:
+                if isinstance(out, dict):
+                    if not isinstance(key, str):
+                        dropped.append(f"{path}[<{type(key).__name__} key>]")
+                        continue
+                    key = str.__str__(key)
+                    copied = _copy(item, dropped, f"{path}.{key}", active, depth + 1, budget)
+                    if copied is not _MISSING:
+                        out[key] = copied
+                else:
+                    copied = _copy(item, dropped, f"{path}[{key}]", active, depth + 1, budget)
+                    if copied is not _MISSING:
+                        out.append(copied)
+            return out
+        finally:
+            active.discard(id(value))
+    dropped.append(f"{path} (<{kind.__name__}>)")
+    return _MISSING
+
+
+def json_safe_or_empty(value: Any, dropped: list[str] | None = None) -> Any:
+    copied = json_safe(value, dropped)
+    return None if copied is _MISSING else copied
+
+
+# ----------------------------------------------------------------- the canonical prompt
+
+def canonical_message(value: Any, where: str, dropped: list[str] | None = None) -> Message:
+    """A plain core ``Message`` rebuilt from the fields stored on ``value`` (a Message or a
+    subclass); properties and overridden methods of a subclass are never consulted."""
+    if not isinstance(value, Message):
+        raise PromptError(f"{where} is a {type(value).__name__}, not a Message")
+    try:
+        fields = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        raise PromptError(f"{where} has no stored fields") from None
+    if type(fields) is not dict:
+        raise PromptError(f"{where} has no plain stored fields")
+    role, content, metadata = fields.get("role"), fields.get("content"), fields.get("metadata")
+    if not isinstance(role, str) or not isinstance(content, str):
+        raise PromptError(f"{where}: role and content must be str, got {type(role).__name__} and "
+                          f"{type(content).__name__}")
+    role, content = str.__str__(role), str.__str__(content)
+    if role not in ROLES:
+        raise PromptError(f"{where} has unknown role {role!r}; allowed: {list(ROLES)}")
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PromptError(f"{where}.content is not valid UTF-8 text (character {exc.start})") from None
+    lost: list[str] = []
+    meta = json_safe_or_empty(metadata, lost) if metadata is not None else {}
+    if not isinstance(meta, dict):
+        meta = {}
+    if dropped is not None:
+        dropped.extend(f"{where}.metadata{p[1:]}" for p in lost)
+    return Message(role, content, meta)
+
+
+def canonical_prompt(value: Any, dropped: list[str] | None = None) -> tuple[Message, ...]:
+    """``value`` (what ``apply`` returned) as a tuple of plain core messages, or PromptError."""
+    if not isinstance(value, list):
+        raise PromptError(f"apply must return list[Message], got {type(value).__name__}")
+    items = list.__iter__(value)
+    messages = []
+    roles = set()
+    for index, entry in enumerate(items):
+        if not isinstance(entry, Message):
+            kinds = sorted({type(m).__name__ for m in list.__iter__(value) if not isinstance(m, Message)})
+            raise PromptError(f"apply must return list[Message], got a list with {kinds}")
+        try:
+            fields = object.__getattribute__(entry, "__dict__")
+        except AttributeError:
+            fields = None
+        role = dict.get(fields, "role") if type(fields) is dict else None
+        if isinstance(role, str) and str.__str__(role) not in ROLES:
+            roles.add(str.__str__(role))
+            continue
+        messages.append(canonical_message(entry, f"prompt[{index}]", dropped))
+    if roles:
+        raise PromptError(f"prompt has messages with unknown roles {sorted(roles)}; allowed: {list(ROLES)}")
+    return tuple(messages)
+
+
+def same_message(a: Message, b: Message) -> bool:
+    return a.role == b.role and a.content == b.content
+
+
+def validate_prompt(item: Item, prompt: tuple[Message, ...]) -> None:
+    """The canonical prompt starts with the item's system prompt and ends with its query, unchanged."""
+    if not prompt or not same_message(prompt[-1], item.query):
+        raise PromptError("prompt does not end with the item's query unchanged")
+    if item.system is not None and not same_message(prompt[0], item.system):
+        raise PromptError("prompt does not start with the item's system prompt unchanged")
+
+
+def fingerprint(messages: Any) -> tuple:
+    """What a strategy must not change: role, content and JSON-safe metadata of each message.
+    Read from stored fields like ``canonical_message`` (a hostile object cannot lie about it)."""
+    out = []
+    for entry in tuple(messages):
+        fields = object.__getattribute__(entry, "__dict__") if isinstance(entry, Message) else {}
+        role, content = fields.get("role"), fields.get("content")
+        meta = json_safe_or_empty(fields.get("metadata"))
+        out.append((type(entry) is Message, type(role) is str and role, type(content) is str and content,
+                    repr(meta)))
+    return tuple(out)
+
+
+def item_fingerprint(item: Item) -> tuple:
+    head = (item.system,) if item.system is not None else ()
+    return fingerprint((*head, *tuple.__iter__(item.history), item.query))
+
+
+def private_copy(item: Item) -> Item:
+    """``item`` with Message objects of its own, so a strategy that defeats the frozen
+    dataclasses (``object.__setattr__``) spoils only its own cells, not its neighbours'."""
+    from dataclasses import replace
+
+    def copy(message: Message) -> Message:
+        return Message(message.role, message.content, message.metadata)
+
+    return replace(item, history=tuple(map(copy, item.history)), query=copy(item.query),
+                   system=copy(item.system) if item.system is not None else None)

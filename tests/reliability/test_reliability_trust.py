@@ -1,0 +1,644 @@
+"""The trust boundary: the harness never trusts the plugin it measures (issue 13).
+
+One test per guarantee. Hostile plugins are registered on a real registry next to the
+built-ins; the server is the loopback fault server, reached through the real litellm
+backend and counted with ``tiktoken:cl100k_base``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import types
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from reliability_fault_server import FaultServer, messages_hash
+
+from budgetbench_core import (
+    IngestReport,
+    Item,
+    MemoryStrategy,
+    MemorySystem,
+    Message,
+    PromptCounter,
+    Regime,
+    RetrievedItem,
+    RunConfig,
+    Task,
+    hookimpl,
+    run,
+    sandbox,
+)
+from budgetbench_core import events as event_records
+from budgetbench_core import gate as gate_module
+from budgetbench_core import testing as kit_module
+from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
+from budgetbench_core.cache import CacheError
+from budgetbench_core.plugins import PluginInfo, load_registry
+from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_events, safe_name
+from budgetbench_core.runner import RunConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = "budgetbench-trust-test"
+RELEASE = threading.Event()  # lets hanging plugin threads end when the tests are over
+PAD = " PADDING-NEVER-SENT" * 400
+KEY = "sk-trust-PLANTED-9c41e07d2b6f4a13"
+BASE = dict(task="synthetic-memory", model="openai/fault-model", tokenizer="tiktoken:cl100k_base",
+            task_options={"items": 3, "history_tokens": 400}, max_concurrency=2, retries=0, timeout_s=30.0)
+
+
+def _tiktoken_count():
+    tokenizer = TiktokenTokenizer("cl100k_base")
+    return lambda messages: tokenizer.count([Message(m["role"], m["content"]) for m in messages])
+
+
+# ----------------------------------------------------------------- hostile plugins
+
+class LyingMessage(Message):
+    """Counted as its content; its own to_chat would send 2,000 more tokens."""
+
+    def to_chat(self):
+        return {"role": self.role, "content": self.content + PAD}
+
+    def to_dict(self):
+        return {"role": self.role, "content": self.content + PAD}
+
+
+class ToChatLies(MemoryStrategy):
+    name, regime = "trust-to-chat", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        item = context.item
+        head = [LyingMessage(item.system.role, item.system.content)] if item.system else []
+        return [*head, LyingMessage(item.query.role, item.query.content)]
+
+
+class RaisesSystemExit(MemoryStrategy):
+    name, regime = "trust-system-exit", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        raise SystemExit(0)
+
+
+class RaisesKeyboardInterrupt(MemoryStrategy):
+    name, regime = "trust-keyboard-interrupt", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        raise KeyboardInterrupt
+
+
+def _cyclic() -> dict:
+    loop: dict = {"note": "keeps itself"}
+    loop["self"] = loop
+    return loop
+
+
+class CycleMetadata(MemoryStrategy):
+    name, regime = "trust-cycle", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        context.audit["loop"] = _cyclic()
+        return context.frame([Message("user", "a note with a cyclic metadata value", {"loop": _cyclic()})])
+
+
+class HangsInReset(MemoryStrategy):
+    name, regime = "trust-hung-reset", Regime.LOCAL_ONLY
+
+    def reset(self):
+        RELEASE.wait(60)
+
+    def apply(self, history, budget, context):
+        return context.frame([])
+
+
+LATE = {"calls": [], "done": threading.Event()}
+
+
+class CompletesAfterTimeout(MemoryStrategy):
+    """Outlives the cell's deadline, then tries an auxiliary call through the closed channel."""
+
+    name, regime = "trust-late-complete", Regime.AUXILIARY_MODEL
+
+    def apply(self, history, budget, context):
+        RELEASE.wait(3.0)  # past item_timeout_s (1 s)
+        try:
+            context.complete([Message("user", "LATE-CALL-MARKER summarise this")], 8, "late")
+            LATE["calls"].append("sent")
+        except BaseException as exc:  # noqa: BLE001
+            LATE["calls"].append(type(exc).__name__)
+        finally:
+            LATE["done"].set()
+        return context.frame([])
+
+
+class Kitchen(MemoryStrategy):
+    """Every hostile behaviour at once, chosen per cell from the item and budget."""
+
+    name, regime = "trust-hostile", Regime.AUXILIARY_MODEL
+
+    def reset(self):
+        self.calls = 0
+
+    def apply(self, history, budget, context):
+        behaviour = int(context.item.id.split("-")[1]) % 7
+        if behaviour == 0:
+            raise SystemExit(3)
+        if behaviour == 1:
+            raise KeyboardInterrupt
+        if behaviour == 2:  # lies to the wire and pads past the budget
+            return [LyingMessage("user", "x " * budget * 2), *context.frame([])]
+        if behaviour == 3:  # cyclic metadata and over budget
+            return context.frame([Message("user", "pad " * budget * 2, {"loop": _cyclic()})])
+        if behaviour == 4:
+            object.__setattr__(history[0], "content", "overwritten")
+            return context.frame(list(history))
+        if behaviour == 5:  # a summary call over the budget, uncaught
+            context.complete([Message("user", "summarise " * budget * 2)], 8, "summary")
+        return {"not": "a prompt"}
+
+
+class EchoIds(MemorySystem):
+    """A memory system that stores each item's id and returns it: shows which item's memories a prompt got."""
+
+    name = "trust-echo-ids"
+
+    def reset(self):
+        self.stored = []
+
+    def ingest(self, sessions, context):
+        self.stored = [f"memory of item {context.item.id}"]
+        return IngestReport(len(sessions), len(sessions))
+
+    def retrieve(self, query, context):
+        return [RetrievedItem(text, 1.0) for text in self.stored]
+
+
+class DataFileTask(Task):
+    """Reads one JSON file of questions and declares it."""
+
+    name, default_grader = "trust-data-file", "exact-match"
+
+    def __init__(self, path: str, **options):
+        super().__init__(path=path, **options)
+        self.path = path
+
+    def load(self, limit, seed):
+        records = json.loads(self.read_data_file(self.path).read_text(encoding="utf-8"))
+        for record in records:
+            yield Item(record["id"], (Message("user", f"My name is {record['answer']}."),),
+                       Message("user", "What is my name?"), record["answer"], Message("system", "Answer briefly."))
+
+
+class CollidingIds(Task):
+    name, default_grader = "trust-colliding-ids", "exact-match"
+
+    def load(self, limit, seed):
+        for item_id in ("user/42", "user_42", "User_42"):
+            yield Item(item_id, (Message("user", "hello", {"session_id": "s1"}),), Message("user", "Who am I?"),
+                       item_id, Message("system", "Answer briefly."))
+
+
+STRATEGIES = (ToChatLies, RaisesSystemExit, RaisesKeyboardInterrupt, CycleMetadata, HangsInReset,
+              CompletesAfterTimeout, Kitchen, EchoIds)
+
+
+@hookimpl
+def register_strategies(register):
+    for strategy in STRATEGIES:
+        register(strategy)
+
+
+@hookimpl
+def register_tasks(register):
+    register(DataFileTask)
+    register(CollidingIds)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    registry = load_registry()
+    module = types.ModuleType("trust_reliability_plugins")
+    module.register_strategies = register_strategies
+    module.register_tasks = register_tasks
+    registry.add_plugin(module, PluginInfo("trust", DIST, "0.0.1"))
+    yield registry
+    RELEASE.set()
+
+
+def _no_event_after_terminal(out: Path) -> None:
+    """Within each cell file, every event of an item precedes (or is) that item's terminal row."""
+    for path in cell_files(out):
+        closed: set[str] = set()
+        for event in read_events(path):
+            assert event["item_id"] not in closed, (path, event)
+            if event["event"] in ("result", "violation", "error"):
+                closed.add(event["item_id"])
+
+
+# ----------------------------------------------------------------- 1. what is counted is what is sent
+
+def test_a_to_chat_override_never_reaches_the_wire(tmp_path, registry):
+    """Old code: counted the content, sent to_chat (2,000+ tokens more), recorded an admitted result."""
+    with FaultServer(count_prompt=_tiktoken_count()) as server:
+        summary = run(RunConfig(strategies=["trust-to-chat"], budgets=[300], out=tmp_path / "run",
+                                api_base=server.url, **BASE), registry=registry)
+    assert summary.results == 3 and server.requests
+    rows = final_rows(tmp_path / "run")
+    audits = {e["item_id"]: e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"}
+    for row in rows.values():
+        assert row["served_prompt_tokens"] == row["prompt_tokens"] <= 300
+        assert messages_hash(audits[row["item_id"]]["messages"]) in {r.body_hash for r in server.requests}
+    assert all(r.prompt_tokens <= 300 for r in server.requests)
+
+
+def test_served_count_over_the_budget_is_a_violation(tmp_path, registry):
+    """The server counts 17 more than we do: at a budget between the two, the row is a violation."""
+    settings = {**BASE, "task_options": {"items": 1, "history_tokens": 300}}
+    with FaultServer(rate=1.0, faults=("usage_mismatch",), count_prompt=_tiktoken_count()) as server:
+        probe = run(RunConfig(strategies=["full_context"], budgets=[4000], out=tmp_path / "probe",
+                              api_base=server.url, **settings), registry=registry)
+        (ours,) = [r["prompt_tokens"] for r in final_rows(tmp_path / "probe").values()]
+        budget = ours + 5  # the prompt fits our count; the server's is 17 more
+        run(RunConfig(strategies=["full_context"], budgets=[budget], out=tmp_path / "run", api_base=server.url,
+                      **settings), registry=registry)
+    assert probe.results == 1
+    rows = list(final_rows(tmp_path / "run").values())
+    assert {(r["event"], r["phase"]) for r in rows} == {("violation", "served")}
+    for row in rows:
+        assert row["quality"] == 0 and row["completion"] and row["served_prompt_tokens"] > budget >= row["prompt_tokens"]
+
+
+# ----------------------------------------------------------------- 2. run identity
+
+def test_every_row_carries_the_run_key_and_resume_reuses_it(tmp_path, registry):
+    with FaultServer() as server:
+        settings = dict(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE)
+        run(RunConfig(**settings), registry=registry)
+        again = run(RunConfig(**settings), registry=registry)
+    keys = {e["run_key"] for e in iter_events(tmp_path / "run")}
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert keys == {manifest["run_key"]} and len(manifest["run_key"]) == 16
+    assert again.model_calls == 0 and again.cells_skipped == again.cells_total
+
+
+def test_resume_without_manifest_and_another_seed_is_refused(tmp_path, registry):
+    """Old code: with manifest.json deleted, the rows were relabelled as the new experiment."""
+    with FaultServer() as server:
+        settings = dict(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE)
+        run(RunConfig(**settings), registry=registry)
+        (tmp_path / "run" / "manifest.json").unlink()
+        with pytest.raises(RunConfigError, match=r"differ in: seed: 0 -> 1"):
+            run(RunConfig(**{**settings, "seed": 1}), registry=registry)
+        with pytest.raises(RunConfigError, match=r'model: "openai/fault-model" -> "openai/other-model"'):
+            run(RunConfig(**{**settings, "model": "openai/other-model"}), registry=registry)
+    assert len(final_rows(tmp_path / "run")) == 3  # nothing was added
+
+
+def test_a_changed_strategy_parameter_is_refused(tmp_path, registry):
+    with FaultServer() as server:
+        settings = dict(strategies=["recency"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE)
+        run(RunConfig(**settings), registry=registry)
+        with pytest.raises(RunConfigError, match=r"strategies: .*recency.*\{\}.*keep_last"):
+            run(RunConfig(**settings, strategy_params={"recency": {"keep_last": 2}}), registry=registry)
+
+
+def test_a_changed_data_file_is_refused_naming_the_file_and_both_hashes(tmp_path, registry):
+    import hashlib
+
+    data = tmp_path / "questions.json"
+    data.write_text(json.dumps([{"id": "q1", "answer": "Amara"}, {"id": "q2", "answer": "Bruno"}]))
+    before = hashlib.sha256(data.read_bytes()).hexdigest()
+    with FaultServer() as server:
+        settings = dict(BASE, task="trust-data-file", task_options={"path": str(data)}, strategies=["truncation"],
+                        budgets=[300], out=tmp_path / "run", api_base=server.url)
+        run(RunConfig(**settings), registry=registry)
+        data.write_text(json.dumps([{"id": "q1", "answer": "Chiara"}, {"id": "q2", "answer": "Bruno"}]))
+        after = hashlib.sha256(data.read_bytes()).hexdigest()
+        with pytest.raises(RunConfigError) as refused:
+            run(RunConfig(**settings), registry=registry)
+    message = str(refused.value)
+    assert f"data file {data.resolve()}: sha256 {before} -> {after}" in message
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["data_files"] == {str(data.resolve()): before}
+
+
+def test_declared_data_files_of_the_dataset_tasks(tmp_path):
+    """synthetic-memory reads nothing; the file tasks declare the file they read."""
+    from budgetbench_core.plugins import get_registry
+
+    shared = ROOT.parent / "shared" / "data"
+    files = {"longmemeval": ("path", shared / "longmemeval" / "longmemeval_oracle.json", {"split": "oracle"}),
+             "longbench-v2": ("path", shared / "longbench_v2" / "longbench_v2_short_sample.json", {}),
+             "swebench-verified": ("path", shared / "swebench" / "swebench_verified_mini.jsonl", {})}
+    registry = get_registry()
+    synthetic = registry.get("task", "synthetic-memory").obj(items=2, history_tokens=300)
+    list(synthetic.load(None, 0))
+    assert synthetic.data_files() == []
+    checked = 0
+    for name, (option, path, extra) in files.items():
+        if name not in registry.names("task") or not path.exists():
+            continue
+        task = registry.get("task", name).obj(**{option: str(path)}, **extra)
+        next(iter(task.load(1, 0)))
+        assert [p.resolve() for p in task.data_files()] == [path.resolve()], name
+        checked += 1
+    assert checked >= 1
+
+
+def test_duplicate_budgets_and_strategies_run_once(tmp_path, registry):
+    with FaultServer() as server:
+        summary = run(RunConfig(strategies=["truncation", "truncation"], budgets=[300, 300, 500], out=tmp_path / "run",
+                                api_base=server.url, **BASE), registry=registry)
+    terminal = [e for e in iter_events(tmp_path / "run") if e["event"] in ("result", "violation", "error")]
+    assert summary.cells_total == len(terminal) == 3 * 2
+    assert len(server.requests) == 6
+
+
+# ----------------------------------------------------------------- 3. containment and deadlines
+
+@pytest.mark.parametrize("strategy, words", [("trust-system-exit", "SystemExit"),
+                                             ("trust-keyboard-interrupt", "KeyboardInterrupt")])
+def test_base_exceptions_inside_apply_become_error_rows(tmp_path, registry, strategy, words):
+    """Old code: SystemExit inside apply ended the run (exit code 0) with no row."""
+    with FaultServer() as server:
+        summary = run(RunConfig(strategies=[strategy, "truncation"], budgets=[300], out=tmp_path / "run",
+                                api_base=server.url, **BASE), registry=registry)
+    rows = final_rows(tmp_path / "run")
+    assert summary.errors == 3 and summary.results == 3 and len(rows) == 6
+    for key, row in rows.items():
+        if key[1] == strategy:
+            assert (row["event"], row["phase"], row["plugin"], row["distribution"]) == ("error", "strategy",
+                                                                                         strategy, DIST)
+            assert words in row["cause"]
+
+
+def test_cyclic_metadata_is_dropped_not_fatal(tmp_path, registry):
+    """Old code: a metadata value with a reference cycle aborted the whole run."""
+    with FaultServer() as server:
+        summary = run(RunConfig(strategies=["trust-cycle"], budgets=[300], out=tmp_path / "run",
+                                api_base=server.url, **BASE), registry=registry)
+    assert summary.results == 3
+    audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
+    assert all(any("loop.self (cycle)" in path for path in a["metadata_dropped"]) for a in audits)
+    assert all(a["strategy_audit"]["loop"]["note"] == "keeps itself" for a in audits)
+
+
+def test_a_hung_reset_is_timed_out(tmp_path, registry):
+    with FaultServer() as server:
+        summary = run(RunConfig(strategies=["trust-hung-reset", "truncation"], budgets=[300, 500], out=tmp_path / "run",
+                                api_base=server.url, item_timeout_s=1.0, **BASE), registry=registry)
+    rows = final_rows(tmp_path / "run")
+    hung = [r for k, r in rows.items() if k[1] == "trust-hung-reset"]
+    assert len(hung) == 6 and summary.results == 6
+    assert all((r["event"], r["phase"], r["plugin"]) == ("error", "reset", "trust-hung-reset") for r in hung)
+    assert all("did not return within 1 s" in r["cause"] for r in hung)
+
+
+def test_complete_after_the_cell_ended_is_refused_and_never_sent(tmp_path, registry):
+    """Old code: calls made after a cell's timeout still reached the server."""
+    LATE["calls"].clear()
+    LATE["done"].clear()
+    with FaultServer() as server:
+        run(RunConfig(strategies=["trust-late-complete"], budgets=[300], out=tmp_path / "run", api_base=server.url,
+                      item_timeout_s=1.0, **{**BASE, "task_options": {"items": 1, "history_tokens": 300}}),
+            registry=registry)
+        assert LATE["done"].wait(30)
+    (row,) = final_rows(tmp_path / "run").values()
+    assert (row["event"], row["phase"]) == ("error", "strategy") and "did not return within 1 s" in row["cause"]
+    assert LATE["calls"] == ["CellClosed"]
+    assert server.requests == []  # the late call never reached the server
+    late = [json.loads(line) for line in (tmp_path / "run" / "late_calls.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["purpose"]) for e in late] == [("refused_call", "late")]
+    _no_event_after_terminal(tmp_path / "run")
+
+
+def test_a_server_that_trickles_bytes_is_cut_at_the_total_deadline(tmp_path, registry):
+    """Each byte arrives well within the 1 s per-read timeout; the whole reply takes ~10 s.
+    Old code: the call waited for it and recorded a result."""
+    with FaultServer(rate=1.0, faults=("trickle",), trickle_s=0.04) as server:
+        run(RunConfig(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url,
+                      **{**BASE, "timeout_s": 1.0, "task_options": {"items": 1, "history_tokens": 300}}),
+            registry=registry)
+    (row,) = final_rows(tmp_path / "run").values()
+    assert (row["event"], row["phase"]) == ("error", "model")
+    assert "total deadline of 1 s" in row["cause"] and server.requests
+
+
+# ----------------------------------------------------------------- 4. names on disk
+
+def test_names_on_disk_are_injective():
+    names = ["user/42", "user_42", "User_42", "user 42", "a" * 200, "a" * 199 + "b", ".", "..", "", "x~1", "ü", "u"]
+    mapped = [safe_name(n) for n in names]
+    assert len(set(mapped)) == len(names)
+    assert len({m.lower() for m in mapped}) == len(names)  # case-insensitive file systems too
+    assert all("/" not in m and m not in (".", "..") and len(m) <= 64 for m in mapped)
+    assert safe_name("synth-00001-temporal") == "synth-00001-temporal"  # plain ids stay readable
+
+
+def test_colliding_ids_get_their_own_retrievals_and_pages(tmp_path, registry):
+    """Old code: user/42 and user_42 shared one retrievals file; one item got the other's memories."""
+    with FaultServer() as server:
+        run(RunConfig(**{**BASE, "task": "trust-colliding-ids", "task_options": {}}, strategies=["trust-echo-ids"],
+                      budgets=[300], out=tmp_path / "run", api_base=server.url), registry=registry)
+    audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
+    assert len(audits) == 3
+    for audit in audits:
+        memories = audit["messages"][1]["content"]
+        assert f"memory of item {audit['item_id']}\n" in memories + "\n"
+    assert len(list((tmp_path / "run" / "retrievals").rglob("*.json"))) == 3
+    from budgetbench_core.report.html import item_page_name
+
+    assert len({item_page_name(i) for i in ("user/42", "user_42", "User_42")}) == 3
+
+
+# ----------------------------------------------------------------- 5. measured or null
+
+def test_missing_usage_is_null_and_reported_apart(tmp_path, registry):
+    """Old code: a reply without a usage block was recorded as served_prompt_tokens: 0."""
+    with FaultServer(rate=1.0, faults=("no_usage",)) as server:
+        run(RunConfig(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE),
+            registry=registry)
+    rows = list(final_rows(tmp_path / "run").values())
+    assert len(rows) == 3
+    assert all(r["event"] == "result" and r["served_prompt_tokens"] is None and r["served_count_matches"] is None
+               and r["completion_tokens"] is None for r in rows)
+    from budgetbench_core.report.data import load_run
+
+    data = load_run(tmp_path / "run")
+    assert data.served_unreported() == 3 and data.served_mismatches() == []
+
+
+# ----------------------------------------------------------------- 6. secrets
+
+def _files_with(folder: Path, needle: str) -> list[str]:
+    done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(folder)], capture_output=True, text=True)
+    return done.stdout.split()
+
+
+class _LongErrorServer:
+    """A prompt's first request gets a 500 whose message quotes the key after some text, the
+    n-th such error with 300 + 20 n characters, so one error puts the key across a
+    500-character cut whatever the client's own prefix; a second request gets a 200 reply that
+    quotes the key."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler
+
+        from budgetbench_core.loopback import _QuietServer
+
+        seen = Counter()
+        errors = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen[body] += 1
+                key = self.headers.get("Authorization", "")
+                if seen[body] == 1:
+                    errors.append(body)
+                    padding = "x" * (300 + 20 * len(errors))
+                    status, payload = 500, {"error": {"message": f"{padding} you sent {key}", "type": "server"}}
+                else:
+                    payload = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": f"Amara. By the way: {key}"}}],
+                               "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55}}
+                    status = 200
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_planted_key_echoed_in_a_reply_and_a_long_error_never_reaches_disk(tmp_path, registry, monkeypatch):
+    """Old code: the cache kept the 200 reply unredacted, and a long error was cut (500 characters)
+    before it was redacted, leaving part of the key."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    server = _LongErrorServer()
+    try:
+        settings = dict(strategies=["truncation"], budgets=[300, 400], out=tmp_path / "run", api_base=server.url,
+                        **{**BASE, "retries": 0, "task_options": {"items": 6, "history_tokens": 300}})
+        first = run(RunConfig(**settings), registry=registry)  # every first request: the long error
+        second = run(RunConfig(**settings), registry=registry)  # retried: the 200 reply quoting the key
+    finally:
+        server.close()
+    assert first.errors == 12 and second.results == 12
+    for piece in (KEY, KEY[:12], KEY[-12:], KEY[10:22]):
+        assert _files_with(tmp_path / "run", piece) == [], piece
+
+
+# ----------------------------------------------------------------- 7. cache integrity
+
+def test_a_corrupt_cache_entry_is_a_miss_with_a_warning(tmp_path, registry):
+    import shutil
+
+    with FaultServer() as server:
+        settings = dict(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url,
+                        **{**BASE, "task_options": {"items": 1, "history_tokens": 300}})
+        run(RunConfig(**settings), registry=registry)
+        with sqlite3.connect(tmp_path / "run" / "cache.sqlite") as db:
+            db.execute("UPDATE responses SET completion = '{\"text\": 42'")
+        shutil.rmtree(tmp_path / "run" / "cells")  # as if the process died after the call, before the row
+        again = run(RunConfig(**settings), registry=registry)
+    assert again.results == 1 and again.model_calls == 1 and len(server.requests) == 2
+    warnings = [e for e in iter_events(tmp_path / "run") if e["event"] == "warning"]
+    assert [w["kind"] for w in warnings] == ["cache_corrupt"] and "dropped, asked again" in warnings[0]["detail"]
+
+
+def test_an_unreadable_cache_file_is_a_clear_error(tmp_path, registry):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "cache.sqlite").write_bytes(b"this is not a database" * 100)
+    with FaultServer() as server, pytest.raises(CacheError, match=r"cache.sqlite: the response cache cannot be "
+                                                                  r"read .* move it away"):
+        run(RunConfig(strategies=["truncation"], budgets=[300], out=out, api_base=server.url, **BASE),
+            registry=registry)
+
+
+# ----------------------------------------------------------------- 8. one gate, one sandbox, typed events
+
+def test_the_kit_uses_the_runners_gate_and_validation(tmp_path, registry):
+    """A prompt the kit passes is one the runner admits: both count the canonical prompt."""
+    assert kit_module.gate is gate_module.gate and kit_module.validate_prompt is sandbox.validate_prompt
+    counter = PromptCounter(TiktokenTokenizer("cl100k_base"))
+    kit = kit_module.ConformanceKit(counter, budgets=(256,))
+    results = {r.check: r for r in kit.run_checks(ToChatLies)}
+    assert results["valid-output"].status == "pass" and results["budget"].status == "pass"
+    results = {r.check: r for r in kit.run_checks(CycleMetadata)}
+    assert results["valid-output"].status == "pass"
+
+
+def test_events_doc_is_generated_from_the_dataclasses_and_rows_follow_them(tmp_path, registry):
+    assert (ROOT / "docs" / "events.md").read_text(encoding="utf-8") == event_records.render_markdown()
+    with FaultServer() as server:
+        run(RunConfig(strategies=["truncation", "summary_buffer", "trust-system-exit"], budgets=[200, 600],
+                      out=tmp_path / "run", api_base=server.url, **BASE), registry=registry)
+    by_kind = {cls.EVENT: {f.name for f in event_records.fields(cls)} | {"event", "time"}
+               for cls in event_records.ALL_EVENTS}
+    seen = Counter()
+    for event in iter_events(tmp_path / "run"):
+        assert set(event) == by_kind[event["event"]], event["event"]
+        seen[event["event"]] += 1
+    assert {"prompt_audit", "result", "error", "aux_call"} <= set(seen)
+
+
+# ----------------------------------------------------------------- all at once
+
+def test_every_hostile_behaviour_at_once(tmp_path, registry, monkeypatch):
+    """One hostile strategy beside truncation, 20% server faults, a planted key: truncation's rows
+    are complete and identical to a clean run; every hostile cell is an error or violation naming
+    the plugin; the key is nowhere under the run directory."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    settings = dict(BASE, task_options={"items": 14, "history_tokens": 400}, retries=6, timeout_s=2.0,
+                    max_concurrency=4, item_timeout_s=5.0)
+    compared = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens")
+    with FaultServer(count_prompt=_tiktoken_count()) as server:
+        run(RunConfig(strategies=["truncation"], budgets=[200, 600], out=tmp_path / "clean", api_base=server.url,
+                      **settings), registry=registry)
+    faults = ("500", "429", "close", "truncated", "trickle")  # transport faults: retried, so rows match
+    with FaultServer(rate=0.2, faults=faults, seed=5, retry_after_s=0.1, trickle_s=0.03, echo_auth_in_errors=True,
+                     count_prompt=_tiktoken_count()) as server:
+        summary = run(RunConfig(strategies=["truncation", "trust-hostile"], budgets=[200, 600], out=tmp_path / "run",
+                                api_base=server.url, **settings), registry=registry)
+    rows = final_rows(tmp_path / "run")
+    assert summary.cells_total == len(rows) == 14 * 2 * 2
+    clean = final_rows(tmp_path / "clean")
+    truncation = {k: r for k, r in rows.items() if k[1] == "truncation"}
+    assert truncation.keys() == clean.keys()
+    for key, row in clean.items():
+        got = truncation[key]
+        assert {f: got.get(f) for f in compared} == {f: row.get(f) for f in compared}, key
+    hostile = [r for k, r in rows.items() if k[1] == "trust-hostile"]
+    assert len(hostile) == 28
+    for row in hostile:
+        assert row["event"] in ("error", "violation") and row.get("plugin") == "trust-hostile", row
+    assert {r["phase"] for r in hostile} >= {"strategy", "prompt", "auxiliary"}
+    assert sum(1 for r in server.requests if r.fault) > 0
+    _no_event_after_terminal(tmp_path / "run")
+    for piece in (KEY, KEY[:12], KEY[-12:]):
+        assert _files_with(tmp_path / "run", piece) == [], piece
