@@ -254,7 +254,7 @@ def _markdown(context: dict[str, Any]) -> str:
     lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
         "task", "strategy", "budget", "n_items", "violations", "errors", "violation_rate", "quality_all",
         "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
-        *evidence[:4], "utilisation_mean", "latency_p50_s", "latency_p95_s", "strategy_p50_s"])
+        *evidence[:4], "utilisation_mean", "latency_p50_s", "latency_p95_s", "model_calls", "cache_hits", "strategy_p50_s"])
     lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
         "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
         "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
