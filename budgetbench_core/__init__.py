@@ -7,7 +7,7 @@ is slow to import and ``budgetbench --version`` should not pay for it.
 
 from typing import Any
 
-from .backends import Backend, Completion, GenerationParams, ResponseError, TransportError
+from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
 from .datasets import Dataset, resolve_data_file
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
@@ -33,7 +33,7 @@ from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tik
 
 __all__ = [
     "EVIDENCE_ID_KEY", "EVIDENCE_KEY", "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
-    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "GenerationParams", "Grader",
+    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "FatalError", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",

@@ -25,6 +25,11 @@ class ResponseError(RuntimeError):
     """The server answered, but not with a usable completion (malformed, empty). Not retried."""
 
 
+class FatalError(ResponseError):
+    """Every later call would fail the same way: the key is refused (401), the provider is
+    unknown, the server has no such model (404). The run stops after the first one."""
+
+
 @dataclass(frozen=True)
 class GenerationParams:
     """Part of the response-cache key, with the model and the messages."""

@@ -11,7 +11,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from budgetbench_core import Backend, Completion, GenerationParams, Message, ResponseError, TransportError, hookimpl, redact
+from budgetbench_core import (
+    Backend,
+    Completion,
+    FatalError,
+    GenerationParams,
+    Message,
+    ResponseError,
+    TransportError,
+    hookimpl,
+    redact,
+)
 
 _TRANSPORT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
@@ -83,6 +93,10 @@ class LiteLLMBackend(Backend):
             message = f"{type(exc).__name__} (status {status}): {redact(str(exc))[:500]}"  # redact, then cut
             if transport:
                 raise TransportError(message + (" [429]" if status == 429 else ""), _retry_after(exc)) from exc
+            if (status in (401, 404) or isinstance(exc, (litellm.exceptions.AuthenticationError,
+                                                         litellm.exceptions.NotFoundError))
+                    or "LLM Provider NOT provided" in str(exc)):
+                raise FatalError(message) from exc  # a refused key, unknown provider or model: stop the run
             raise ResponseError(message) from exc
         latency = time.perf_counter() - started
         try:
