@@ -50,16 +50,24 @@ class LiteLLMBackend(Backend):
 
     For Ollama, ``num_ctx`` is sent through the native chat API, large enough for the
     biggest budget plus the output, because Ollama silently truncates prompts to its
-    (small) default context.
+    (small) default context. A local OpenAI-compatible server (``openai/...`` with an api
+    base) is asked not to reuse cached prompt prefixes (``cache_prompt: false``, llama.cpp's
+    field; other servers ignore it): on llama.cpp a greedy reply to the same prompt differs
+    between a fresh slot and one with a cached prefix, so a rerun would not repeat. The
+    ``server_prompt_cache`` option (``--server-prompt-cache``) leaves reuse on, for speed.
     """
 
     name = "litellm"
     description = "Any litellm model string: ollama_chat/..., openrouter/..., openai/<name> with --api-base"
 
     def __init__(self, model: str, api_base: str | None = None, timeout_s: float = 120.0,
-                 max_context: int | None = None, **options: Any) -> None:
+                 max_context: int | None = None, server_prompt_cache: bool = False, **options: Any) -> None:
         super().__init__(model, api_base=api_base, timeout_s=timeout_s, **options)
         self.max_context = max_context
+        self.server_prompt_cache = bool(server_prompt_cache)
+
+    def _asks_no_prompt_reuse(self) -> bool:
+        return self.model.startswith("openai/") and bool(self.api_base) and not self.server_prompt_cache
 
     def start(self) -> None:
         """Import litellm now (seconds on a busy machine), not inside the first call's deadline."""
@@ -71,7 +79,17 @@ class LiteLLMBackend(Backend):
             extra["num_ctx"] = self.max_context
         if self.model.startswith("openai/") and self.api_base and not os.environ.get("OPENAI_API_KEY"):
             extra["api_key"] = "not-needed"  # local OpenAI-compatible servers ignore it
+        if self._asks_no_prompt_reuse():
+            extra["extra_body"] = {"cache_prompt": False}
         return extra
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.prompt_reuse()}
+
+    def prompt_reuse(self) -> dict[str, Any]:
+        """For the manifest: whether server prompt reuse was allowed and what was sent."""
+        return {"server_prompt_cache": self.server_prompt_cache,
+                "cache_prompt_sent": False if self._asks_no_prompt_reuse() else None}
 
     def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
         litellm = _litellm()
