@@ -48,7 +48,8 @@ class CellKey:
 class CellLog:
     """The events of one cell, in order, ending with exactly one terminal row."""
 
-    def __init__(self, log: EventLog, key: CellKey, on_terminal: Callable[[str], None] | None = None) -> None:
+    def __init__(self, log: EventLog, key: CellKey,
+                 on_terminal: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.log = log
         self.key = key
         self.on_terminal = on_terminal
@@ -84,9 +85,10 @@ class CellLog:
                 return False
             self.closed = self.finished = True
             self.terminal = cls.EVENT
-            self.log.append(event.row())
+            row = event.row()
+            self.log.append(row)
         if self.on_terminal:
-            self.on_terminal(cls.EVENT)
+            self.on_terminal(cls.EVENT, row)
         return True
 
     def close(self) -> None:

@@ -5,20 +5,24 @@ The backend is plugin code: each attempt runs in the sandbox (``sandbox.containe
 trickles bytes cannot hold a call past it, and anything the backend raises is contained.
 Only transport failures (connection errors, timeouts, 429 and 5xx) are retried, with
 exponential back-off that honours Retry-After, within the deadline. Anything else becomes
-``CallFailed``: a failed call is never turned into a prediction. What the backend returns is
+``CallFailed``: a failed call is never turned into a prediction. A failure every later call
+would repeat (a refused key, the same transport error K times in a row) stops the run
+(``failfast``): after it no call is sent. What the backend returns is
 checked and copied into a plain ``Completion``: an unreported figure stays ``None``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .backends import Backend, Completion, GenerationParams, TransportError
+from .backends import Backend, Completion, FatalError, GenerationParams, TransportError
 from .cache import ResponseCache, cache_key
+from .failfast import FailFast
 from .messages import Message
 from .sandbox import Deadline, PluginFailure, PluginRef, contained, describe_exception
 
@@ -83,6 +87,7 @@ class ModelCaller:
         backoff_s: float = 0.5,
         timeout_s: float | None = None,
         plugin: PluginRef | None = None,
+        fail_fast: FailFast | None = None,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -90,6 +95,7 @@ class ModelCaller:
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s if timeout_s is not None else float(getattr(backend, "timeout_s", 120.0))
         self.plugin = plugin or PluginRef("backend", getattr(backend, "name", type(backend).__name__))
+        self.fail_fast = fail_fast  # the run's: stops every caller on a failure all later calls would repeat
         self._slots = threading.BoundedSemaphore(max(1, max_connections))
         self._count_lock = threading.Lock()
         self.calls_made = 0
@@ -130,11 +136,18 @@ class ModelCaller:
                 raise CallFailed(f"the cell's deadline passed before attempt {attempts + 1}", attempts)
             attempts += 1
             try:
-                completion = self._attempt(messages, params, deadline)
+                with self.fail_fast.probe() if self.fail_fast else contextlib.nullcontext():
+                    if self.fail_fast and self.fail_fast.stopped:  # a fatal error or a streak: send nothing more
+                        raise CallFailed(f"not sent: the run is stopping ({self.fail_fast.cause})", attempts - 1)
+                    completion = self._attempt(messages, params, deadline)
                 self._count()
+                if self.fail_fast:
+                    self.fail_fast.succeeded()
             except TransportError as exc:
                 self._count(rate_limited="429" in str(exc))
-                if attempts > self.retries:
+                if self.fail_fast:
+                    self.fail_fast.transport_failed(str(exc))
+                if attempts > self.retries or (self.fail_fast and self.fail_fast.stopped):
                     raise CallFailed(f"transport error after {attempts} attempts: {exc}", attempts) from exc
                 delay = self.backoff_s * 2 ** (attempts - 1) * (1 + random.random() / 2)
                 if exc.retry_after is not None:
@@ -149,6 +162,8 @@ class ModelCaller:
                 self._count()
                 original = failure.original
                 what = describe_exception(original) if original is not None else failure.cause
+                if self.fail_fast and isinstance(original, FatalError):
+                    self.fail_fast.refused(what)
                 raise CallFailed(f"{what} (not retried)", attempts) from None
             except TypeError as exc:  # the backend returned something that is not a completion
                 self._count()

@@ -32,6 +32,7 @@ from typing import Any
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
 from .cell import AuxChannel, CellKey, CellLog
+from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, Error, PromptAudit, Result, Violation, Warning
 from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
 from .graders import Grader, GradingContext
@@ -92,6 +93,7 @@ class RunConfig:
     timeout_s: float = 120.0
     item_timeout_s: float = 600.0
     max_ingest_loss: float = 0.0
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE  # the same transport error this often: stop
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -109,6 +111,8 @@ class RunSummary:
     errors: int
     model_calls: int
     wall_s: float
+    stopped: str | None = None  # why the run stopped early (failfast), None if it did not
+    stopped_fatal: bool = False  # stopped by a refused key, unknown provider or model
 
 
 @dataclass
@@ -200,6 +204,8 @@ class Run:
         self.log = EventLog(self.run_dir)
         self._local = threading.local()
         self._stop = threading.Event()
+        self.fail_fast = FailFast(config.max_consecutive_failures, on_stop=self._stop.set)
+        self.on_cell: Callable[[dict[str, Any]], None] | None = None
         self._stats_lock = threading.Lock()
         self.stats = {"results": 0, "violations": 0, "errors": 0, "cells_skipped": 0}
         self.run_key = ""
@@ -400,9 +406,11 @@ class Run:
         return CellKey(self.config.task, strategy_name, budget, repeat, item.id, item.category, self.run_key,
                        self.tokenizer_info)
 
-    def _tally(self, kind: str) -> None:
+    def _tally(self, kind: str, row: dict[str, Any] | None = None) -> None:
         with self._stats_lock:
             self.stats[kind + "s"] += 1
+        if row is not None and self.on_cell is not None:
+            self.on_cell(row)
 
     def _strategy_cause(self, name: str, item: Item, failure: PluginFailure) -> str:
         detail = describe_exception(failure.original) if failure.original is not None else failure.cause
@@ -627,7 +635,10 @@ class Run:
         return self.judge_caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self.config.seed)).completion.text
 
     def execute(self, progress: Callable[[str, int], None] | None = None,
-                on_start: Callable[[int, dict[str, int]], None] | None = None) -> RunSummary:
+                on_start: Callable[[int, dict[str, int]], None] | None = None,
+                on_cell: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
+        """``progress(strategy, n)``: n cells done or found done; ``on_cell(row)``: a cell's terminal row."""
+        self.on_cell = on_cell
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.run_dir):
             return self._execute(progress, on_start)
@@ -659,9 +670,9 @@ class Run:
             cache = ResponseCache(self.run_dir / "cache.sqlite")
             backend_ref = self.ref("backend", self.backend_name)
             self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries,
-                                      timeout_s=self.config.timeout_s, plugin=backend_ref)
+                                      timeout_s=self.config.timeout_s, plugin=backend_ref, fail_fast=self.fail_fast)
             self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries,
-                                             timeout_s=self.config.timeout_s,
+                                             timeout_s=self.config.timeout_s, fail_fast=self.fail_fast,
                                              plugin=self.ref("backend", _backend_for(self.config.judge_model or "")))
                                  if self.judge_backend else self.caller)
             self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
@@ -685,7 +696,8 @@ class Run:
                 self.judge_backend.stop()
         return RunSummary(self.run_dir, sum(per_strategy.values()), self.stats["cells_skipped"], self.stats["results"],
                           self.stats["violations"], self.stats["errors"], manifest["invocations"][-1]["calls_made"],
-                          time.perf_counter() - started_clock)
+                          time.perf_counter() - started_clock,
+                          stopped=self.fail_fast.cause, stopped_fatal=self.fail_fast.fatal)
 
 
 def normalised(config: RunConfig) -> RunConfig:
