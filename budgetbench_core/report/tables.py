@@ -99,7 +99,7 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "latency_p95_s": stats.percentile([r.get("latency_s") for r in called], 95),
         "strategy_p50_s": stats.percentile([r.get("strategy_s") for r in rows], 50),
         "strategy_p95_s": stats.percentile([r.get("strategy_s") for r in rows], 95),
-        "served_prompt_tokens": int(sum(served)),
+        "served_prompt_tokens": int(sum(served)) if served else None,  # None: not reported
         "served_prompt_rows": len(served),
         "completion_tokens": int(sum(completion)),
         "aux_calls": int(sum(r.get("aux_calls") or 0 for r in rows)),

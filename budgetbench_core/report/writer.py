@@ -72,8 +72,10 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
         findings.append(f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
                         f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens).")
     else:
-        findings.append("Served-count audit: every server-reported prompt size matched our count"
-                        + (f" ({data.served_unreported()} rows had no server figure)." if data.served_unreported() else "."))
+        findings.append("Served-count audit: every server-reported prompt size matched our count.")
+    if data.served_unreported():
+        findings.append(f"Served-count audit: not reported by the server on {data.served_unreported()} result rows "
+                        f"(counted apart from mismatches).")
     return findings
 
 

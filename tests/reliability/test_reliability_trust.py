@@ -476,6 +476,13 @@ def test_missing_usage_is_null_and_reported_apart(tmp_path, registry):
 
     data = load_run(tmp_path / "run")
     assert data.served_unreported() == 3 and data.served_mismatches() == []
+    from budgetbench_core.report import write_report
+
+    write_report(tmp_path / "run")
+    pages = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "run" / "report").glob("*.*")
+                    if p.suffix in (".md", ".html"))
+    assert "not reported by the server on 3 result rows (counted apart from mismatches)" in pages
+    assert "not reported" in (tmp_path / "run" / "report" / "index.html").read_text(encoding="utf-8")
 
 
 # ----------------------------------------------------------------- 6. secrets
