@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
+from rich import box
 from rich.table import Table
 
 from .config_file import config_option, copy_into_run
 from .plugin_commands import check_plugin, data, new_plugin
-from .plugins import PluginError, get_registry
+from .params import check_run, did_you_mean, parameters_of
+from .plugins import PluginError, UnknownNameError, get_registry
+from .preflight import preflight
+from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
+from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
-from .runlog import RunLogError
+from .runlog import RunLogError, final_rows, read_manifest
 from .tasks import TaskDataError
 
 console = Console(stderr=True)
@@ -62,32 +70,47 @@ def _refuse_secret_option(ctx, param, value) -> None:
         raise click.UsageError(SECRET_OPTION_HINT)
 
 
-def execute(config: RunConfig, write_report: bool = True) -> None:
-    """Run with progress bars, print the summary, then write the report."""
-    with Progress(
-        TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
-    ) as progress:
-        bars: dict[str, int] = {}
+EXIT_OK, EXIT_ERRORED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-        def on_start(total: int, per_strategy: dict[str, int]) -> None:
-            for name, cells in per_strategy.items():
-                bars[name] = progress.add_task(name, total=cells)
 
-        def advance(strategy: str, cells: int) -> None:
-            progress.advance(bars[strategy], cells)
-
-        summary = run(config, progress=advance, on_start=on_start)
+def execute(config: RunConfig, write_report: bool = True, display: str = "auto") -> int:
+    """Run with the chosen display, print the outcome, write the report; return the exit status."""
+    mode = choose_display(display)
+    screen = Display(mode, console=console)
+    try:
+        summary = run(config, progress=screen.progress, on_start=screen.start, on_cell=screen.finished)
+    finally:
+        screen.close()
     console.print(
         f"[bold]{summary.run_dir}[/]: {summary.cells_total} cells, {summary.cells_skipped} already done, "
         f"{summary.results} results, {summary.violations} violations, {summary.errors} errors, "
-        f"{summary.model_calls} model calls, {summary.wall_s:.1f} s"
-    )
-    if write_report:
+        f"{summary.model_calls} model calls, {summary.wall_s:.1f} s", highlight=False, soft_wrap=True)
+    manifest = read_manifest(summary.run_dir) or {}
+    binary = bool((manifest.get("grader") or {}).get("binary", True))
+    rows = [r for r in final_rows(summary.run_dir).values()
+            if r["task"] == config.task and r["strategy"] in config.strategies and int(r["budget"]) in config.budgets]
+    result = outcome(rows, config.strategies, config.budgets, binary)
+    if mode != "none":
+        print_outcome(console, result)
+    errored = sum(cell.get("error", 0) for cell in result.cells.values())
+    code = EXIT_ERRORED if errored else EXIT_OK
+    if summary.stopped:
+        code = EXIT_CONFIG if summary.stopped_fatal else EXIT_ERRORED
+        console.print(f"[red]error:[/] the run stopped early: {escape(summary.stopped)}. Finished cells are kept; fix "
+                      "the cause and run the same command again to resume.", soft_wrap=True, highlight=False)
+    if write_report and any(r["event"] != "error" for r in rows):
         from .report import write_report as build_report
 
-        paths = build_report(summary.run_dir)
-        console.print(f"report: {paths.get('html', summary.run_dir / 'report')}")
+        try:
+            paths = build_report(summary.run_dir)
+        except Exception as exc:  # the rows are safe on disk; say how to retry the report alone
+            console.print(f"[red]error:[/] the report could not be written ({type(exc).__name__}: {exc}); the rows "
+                          f"are saved: fix and run `budgetbench report {summary.run_dir}`", highlight=False)
+            return max(code, EXIT_ERRORED)
+        console.print(f"report: {paths.get('html', summary.run_dir / 'report')}", highlight=False)
+    elif write_report:
+        console.print("no report: no cell produced a result or a violation", highlight=False)
+    return code
 
 
 class BudgetBenchGroup(click.Group):
@@ -103,6 +126,7 @@ class BudgetBenchGroup(click.Group):
         if not self._plugin_commands_added:
             self._plugin_commands_added = True
             get_registry().add_commands(self)
+            explicit_defaults(self)
 
     def list_commands(self, ctx):
         self._add_plugin_commands()
@@ -119,11 +143,13 @@ class BudgetBenchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (PluginError, RunConfigError, TaskDataError, RunLogError, FileNotFoundError, ValueError) as exc:
-            console.print(f"[red]error:[/] {exc}")
-            sys.exit(2)
+            for line in str(exc).splitlines() or [type(exc).__name__]:  # a PreflightError has one per problem
+                console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True, highlight=False)
+            sys.exit(EXIT_CONFIG)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]: finished rows are saved; run the same command again to resume")
-            sys.exit(130)
+            console.print("[yellow]interrupted[/]: finished rows are saved; run the same command again to resume",
+                          soft_wrap=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=BudgetBenchGroup)
@@ -132,80 +158,167 @@ def cli() -> None:
     """BudgetBench: memory strategies for LLM agents under an exact input-token budget."""
 
 
+ENV_PREFIX = "BUDGETBENCH_"
+
+
+def _option(*names: str, **attrs):
+    """A run option that also reads ``BUDGETBENCH_<LONG_NAME>`` (the command line wins over
+    the variable, the variable over ``--config``, which wins over the default)."""
+    long_name = next(n for n in names if n.startswith("--"))
+    attrs.setdefault("envvar", ENV_PREFIX + long_name[2:].replace("-", "_").upper())
+    attrs.setdefault("show_envvar", True)
+    return click.option(*names, **attrs)
+
+
 def run_options(function):
     options = [
-        click.option("--task", "-t", required=True, help="Task name (see list-plugins)."),
-        click.option("--strategy", "-s", "strategies", multiple=True, required=True, help="Strategy name; repeat for several."),
-        click.option("--budgets", "-b", default=" ".join(map(str, DEFAULT_BUDGETS)), show_default=True,
-                     help="Budget tiers in input tokens, space or comma separated."),
-        click.option("--model", "-m", default="local", show_default=True,
-                     help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string."),
+        _option("--task", "-t", required=True, default=None, help="Task name (see `budgetbench list-plugins`)."),
+        _option("--strategy", "-s", "strategies", multiple=True, required=True, default=None,
+                help="Strategy name; repeat for several."),
+        _option("--budgets", "-b", default=None,
+                help="Budget tiers in input tokens, space or comma separated; 2k = 2048. Default: the tiers of "
+                     f"{' '.join(map(str, DEFAULT_BUDGETS))} that fit the model's context."),
+        _option("--model", "-m", default="local", show_default=True,
+                help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string."),
         click.option("--api-key", "--key", hidden=True, expose_value=False, callback=_refuse_secret_option),
-        click.option("--api-base", default=None, help="Server address for openai/<name> models (MLX, vLLM, llama.cpp)."),
-        click.option("--tokenizer", default=None, help="hf:<dir>, tiktoken:<encoding>, gguf:<file> or server. "
-                     "Default: the backend's exact tokenizer."),
-        click.option("--grader", default=None, help="Grader name (default: the task's)."),
-        click.option("--judge-model", default=None, help="Model for model-based graders (litellm string or 'local')."),
-        click.option("--task-option", "task_options", multiple=True, help="key=value passed to the task."),
-        click.option("--strategy-param", "strategy_params", multiple=True, help="strategy.key=value passed to a strategy."),
-        click.option("--limit", "-n", type=int, default=None, help="At most this many items (seeded selection)."),
-        click.option("--repeats", type=int, default=1, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--max-concurrency", "-j", type=int, default=4, show_default=True),
-        click.option("--temperature", type=float, default=0.0, show_default=True),
-        click.option("--max-output-tokens", type=int, default=None, help="Default: the task's."),
-        click.option("--retries", type=int, default=4, show_default=True, help="Retries for transport errors only."),
-        click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Per model call, seconds."),
-        click.option("--item-timeout", "item_timeout_s", type=float, default=600.0, show_default=True,
-                     help="Per strategy call, seconds."),
-        click.option("--max-ingest-loss", type=float, default=0.0, show_default=True,
-                     help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
-        click.option("--out", "-o", type=click.Path(path_type=Path), default=None, help="Run directory (default runs/<task>)."),
-        click.option("--no-report", is_flag=True, help="Do not write the report at the end."),
+        _option("--api-base", default=None, help="Server address, e.g. http://127.0.0.1:8000/v1 for openai/<name> "
+                "models (MLX, vLLM, llama.cpp) or http://host:11434 for Ollama."),
+        _option("--tokenizer", default=None, help="hf:<dir or id>, tiktoken:<encoding>, gguf:<file> or server. "
+                "Default: the backend's exact tokenizer (local: the embedded server)."),
+        _option("--grader", default=None, help="Grader name. Default: the task's."),
+        _option("--judge-model", default=None, help="Model for model-based graders (litellm string or 'local'). "
+                "Default: --model."),
+        _option("--task-option", "task_options", multiple=True, default=(),
+                help="KEY=VALUE passed to the task; repeatable (see `budgetbench describe TASK`)."),
+        _option("--strategy-param", "strategy_params", multiple=True, default=(),
+                help="STRATEGY.KEY=VALUE passed to a strategy; repeatable (see `budgetbench describe STRATEGY`)."),
+        _option("--limit", "-n", type=click.IntRange(min=1), default=None,
+                help="At most this many items (a seeded selection). Default: all."),
+        _option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+                help="Runs of every cell (seeds seed, seed+1, ...)."),
+        _option("--seed", type=int, default=0, show_default=True, help="Seed of item selection, order and sampling."),
+        _option("--max-concurrency", "-j", type=click.IntRange(min=1), default=4, show_default=True,
+                help="Cells (and model calls) in flight at once."),
+        _option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature."),
+        _option("--max-output-tokens", type=click.IntRange(min=1), default=None,
+                help="Tokens the model may write per answer. Default: the task's."),
+        _option("--retries", type=click.IntRange(min=0), default=4, show_default=True,
+                help="Retries of a call after a transport error (connection, timeout, 429, 5xx); other errors "
+                     "are never retried."),
+        _option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+                help="Seconds one model call may take."),
+        _option("--item-timeout", "item_timeout_s", type=float, default=600.0, show_default=True,
+                help="Seconds one strategy call may take."),
+        _option("--max-ingest-loss", type=float, default=0.0, show_default=True,
+                help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
+        _option("--max-consecutive-failures", type=click.IntRange(min=1), default=DEFAULT_MAX_CONSECUTIVE,
+                show_default=True, help="Stop the run when this many calls in a row fail with the same transport "
+                "error (retries included); a refused key stops it at the first."),
+        _option("--out", "-o", type=click.Path(path_type=Path), default=None,
+                help="Run directory; an existing one is resumed. Default: runs/<task>."),
+        _option("--no-report", is_flag=True, default=False, help="Do not write the report at the end."),
+        *display_options(),
     ]
     for option in reversed(options):
         function = option(function)
     return function
 
 
+def display_options() -> list:
+    """Options shared by ``run`` and ``demo``."""
+    return [
+        _option("--display", type=click.Choice(DISPLAYS), default="auto", show_default=True,
+                help="Progress: rich bars, plain (one line per finished cell), none. auto: rich on a terminal, "
+                     "plain otherwise."),
+        _option("--no-preflight", is_flag=True, default=False,
+                help="Skip the checks before the first cell (provider, key, server, tokenizer, context)."),
+    ]
+
+
+_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kK]?)$")
+
+
 def parse_budgets(text: str) -> list[int]:
-    try:
-        budgets = [int(b) for b in text.replace(",", " ").split()]
-    except ValueError:
-        raise click.BadParameter(f"budgets must be integers, got {text!r}", param_hint="--budgets") from None
-    if not budgets or min(budgets) <= 0:
+    """``"2048 4096"``, ``"2048,4096"`` or ``"2k 4k"`` (k = 1024) as a list of positive integers."""
+    budgets = []
+    for part in text.replace(",", " ").split():
+        match = _BUDGET.match(part)
+        value = float(match.group(1)) * (1024 if match.group(2) else 1) if match else None
+        if value is None or value != int(value) or value <= 0:
+            raise click.BadParameter(f"{part!r} is not a budget; give positive token counts like 2048 or 2k",
+                                     param_hint="--budgets")
+        budgets.append(int(value))
+    if not budgets:
         raise click.BadParameter("give at least one positive budget", param_hint="--budgets")
     return budgets
+
+
+def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: bool) -> RunConfig:
+    """Names and parameters always; then the preflight, which also picks default tiers."""
+    registry = get_registry()
+    check_run(registry, config.task, config.task_options, config.strategies, config.strategy_params, config.grader)
+    max_output = config.max_output_tokens or registry.get("task", config.task).obj.max_output_tokens
+    report = preflight(config, registry, budgets_given=budgets_given, full=not no_preflight, max_output=max_output)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if report.passed and not quiet:
+        console.print("preflight: " + "; ".join(report.passed), highlight=False, soft_wrap=True)
+    return replace(config, budgets=report.budgets)
 
 
 @cli.command("run")
 @config_option
 @run_options
-def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, config_path, **settings):
-    """Run (or resume) a benchmark: every strategy at every budget tier on every item."""
-    config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets),
+def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, config_path, display,
+                no_preflight, **settings):
+    """Run (or resume) a benchmark: every strategy at every budget tier on every item.
+
+    Exit status: 0 every cell finished without error; 1 some cells errored (run the same
+    command again to retry them); 2 a usage or configuration error, found before any cell
+    ran or by stopping the run early; 130 interrupted (finished cells are kept).
+    """
+    config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets) if budgets else [],
                        out=out or Path("runs") / task, task_options=_parse_pairs(task_options, "--task-option"),
                        strategy_params=_strategy_params(strategy_params), **settings)
+    config = _prepare(config, budgets_given=bool(budgets), no_preflight=no_preflight, quiet=display == "none")
     if config_path:
         copy_into_run(config_path, Path(config.out))
-    execute(config, write_report=not no_report)
+    sys.exit(execute(config, write_report=not no_report, display=display))
 
 
 DEMO_STRATEGIES = ("truncation", "recency", "checkpoint")
 DEMO_BUDGETS = (512, 1024, 2048)
 
 
+def _demo_options(function):
+    options = [
+        click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True,
+                     help="Run directory; an existing one is resumed."),
+        click.option("--limit", "-n", type=click.IntRange(min=1), default=8, show_default=True,
+                     help="Synthetic items."),
+        click.option("--max-concurrency", "-j", type=click.IntRange(min=1), default=2, show_default=True,
+                     help="Cells in flight at once."),
+        *display_options(),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
 @cli.command()
-@click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True)
-@click.option("--limit", "-n", type=int, default=8, show_default=True)
-@click.option("--max-concurrency", "-j", type=int, default=2, show_default=True)
-def demo(out, limit, max_concurrency):
-    """The embedded default: synthetic-memory on the local model, 3 strategies, tiers 512 1024 2048."""
+@_demo_options
+def demo(out, limit, max_concurrency, display, no_preflight):
+    """The embedded default: synthetic-memory on the local model, 3 strategies, tiers 512 1024 2048.
+
+    Exit status as for ``run``.
+    """
     config = RunConfig(task="synthetic-memory", strategies=list(DEMO_STRATEGIES), budgets=list(DEMO_BUDGETS),
                        out=out, limit=limit, max_concurrency=max_concurrency,
                        task_options={"items": limit, "history_tokens": 3000})
-    execute(config)
+    config = _prepare(config, budgets_given=True, no_preflight=no_preflight, quiet=display == "none")
+    code = execute(config, display=display)
     console.print(f"results: {out / 'cells'} (one JSONL per task/strategy/budget/repeat), manifest: {out / 'manifest.json'}")
+    sys.exit(code)
 
 
 cli.add_command(report_command)
@@ -230,6 +343,8 @@ def plugin_rows() -> list[dict]:
                 row["regime"] = getattr(regime, "value", regime)
                 row["contract"] = "memory-system" if hasattr(entry.obj, "ingest") else "strategy"
             row["description"] = getattr(entry.obj, "description", "") or (entry.obj.__doc__ or "").strip().split("\n")[0]
+            if kind in PARAMETER_KINDS and isinstance(entry.obj, type):
+                row["parameters"] = [spec.to_dict() for spec in parameters_of(entry.obj).values()]
             rows.append(row)
     for failed in registry.failures:
         rows.append({"name": failed.name, "kind": "error", "plugin": failed.name, "distribution": failed.distribution,
@@ -237,26 +352,98 @@ def plugin_rows() -> list[dict]:
     return rows
 
 
+PARAMETER_KINDS = ("strategy", "task", "grader")
+
+
 @cli.command("list-plugins")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Machine-readable output: every name with its kind, distribution, version, hooks, regime "
+                   "(strategies) and parameters.")
 def list_plugins(as_json):
     """Every strategy, task, grader, backend and tokenizer registered, and plugins that failed."""
     rows = plugin_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="BudgetBench plugins")
-    for column in ("kind", "name", "regime", "distribution", "version", "description"):
-        table.add_column(column)
-    for row in rows:
-        if row["kind"] == "error":
+    out = Console()
+    for kind in ("strategy", "task", "grader", "backend", "tokenizer", "dataset"):
+        entries = [r for r in rows if r["kind"] == kind]
+        if not entries:
             continue
-        table.add_row(row["kind"], row["name"], row.get("regime") or "", row["distribution"], row["version"],
-                      row["description"])
-    Console().print(table)
+        # Names are never cut (no_wrap); distribution and description wrap in one column.
+        table = Table(title=f"{kind} ({len(entries)})", title_justify="left", box=box.SIMPLE_HEAD, expand=False,
+                      show_edge=False, pad_edge=False)
+        table.add_column("name", no_wrap=True, style="bold")
+        if kind == "strategy":
+            table.add_column("regime", no_wrap=True)
+        table.add_column("description / distribution", ratio=1, overflow="fold")
+        for row in entries:
+            about = f"{row['description']}\n[dim]{row['distribution']} {row['version']}[/]"
+            table.add_row(row["name"], *([row.get("regime") or ""] if kind == "strategy" else []), about)
+        out.print(table)
     for row in rows:
         if row["kind"] == "error":
-            console.print(f"[red]plugin {row['name']!r} ({row['distribution']}) failed:[/] {row['error']}")
+            console.print(f"[red]plugin {row['name']!r} ({row['distribution']}) failed:[/] {row['error']}",
+                          highlight=False)
+
+
+@cli.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Machine-readable output.")
+def describe(name, as_json):
+    """A strategy, task, grader, backend or tokenizer: what it is and the parameters it accepts.
+
+    Parameters are passed with ``--strategy-param NAME.KEY=VALUE`` or ``--task-option KEY=VALUE``.
+    """
+    rows = [r for r in plugin_rows() if r["name"] == name and r["kind"] != "error"]
+    if not rows:
+        names = sorted({r["name"] for r in plugin_rows() if r["kind"] != "error"})
+        raise UnknownNameError(f"nothing is registered as {name!r}; {did_you_mean(name, names)}"
+                               "see `budgetbench list-plugins`")
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    out = Console()
+    for row in rows:
+        regime = f", {row['regime']}" if row.get("regime") else ""
+        out.print(f"[bold]{row['name']}[/] ({row['kind']}{regime}) from {row['distribution']} {row['version']}",
+                  highlight=False)
+        entry = get_registry().get(row["kind"], name)
+        doc = inspect.getdoc(entry.obj) if isinstance(entry.obj, type) else None
+        paragraphs = [" ".join(p.split()) for p in (doc or row["description"]).split("\n\n")]
+        out.print(escape("\n\n".join(paragraphs).replace("``", "")), highlight=False)
+        if row["kind"] not in PARAMETER_KINDS:
+            continue
+        parameters = row.get("parameters") or []
+        if not parameters:
+            out.print("parameters: none")
+            continue
+        option = {"strategy": f"--strategy-param {name}.KEY=VALUE", "task": "--task-option KEY=VALUE"}.get(row["kind"])
+        table = Table(title=f"parameters{f' ({option})' if option else ''}", title_justify="left",
+                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("name", no_wrap=True, style="bold")
+        table.add_column("default", overflow="fold")
+        table.add_column("help", ratio=1, overflow="fold")
+        for param in parameters:
+            default = "(required)" if param["required"] else json.dumps(param["default"])
+            table.add_row(param["name"], default, param["help"])
+        out.print(table)
+
+
+def explicit_defaults(group: click.Group) -> None:
+    """Give every option without a default the value click uses for it anyway (flags False,
+    repeatable options ``()``, others None): click 8.3+ keeps a marker object there, which the
+    generated CLI reference printed as ``Sentinel.UNSET``."""
+    unset = getattr(click.core, "UNSET", None)
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            explicit_defaults(command)
+        for param in command.params:
+            if isinstance(param, click.Option) and unset is not None and param.default is unset:
+                param.default = False if param.is_bool_flag else (() if param.multiple else None)
+
+
+explicit_defaults(cli)
 
 
 def main() -> None:

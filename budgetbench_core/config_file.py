@@ -3,7 +3,8 @@
 Keys are the option names, with dashes or underscores (``max-concurrency`` or
 ``max_concurrency``; ``strategy`` or ``strategies``). ``task_options`` is a table, and
 ``strategy_params`` a table of tables keyed by strategy. Options given on the command
-line win over the file. The file becomes click's ``default_map``, so it passes through
+line, then ``BUDGETBENCH_*`` environment variables, win over the file. The file becomes
+click's ``default_map``, so it passes through
 the same parsing and validation as the command line, and it is copied into the run
 directory so the run records exactly what was asked.
 """
@@ -84,8 +85,9 @@ def load_config(ctx: click.Context, param: click.Parameter, value: Path | None) 
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    is_eager=True, expose_value=True, callback=load_config,
-    help="TOML file with any of these options (command-line options win); copied into the run directory.")
+    is_eager=True, expose_value=True, callback=load_config, envvar="BUDGETBENCH_CONFIG", show_envvar=True,
+    help="TOML file with any of these options (command-line options and BUDGETBENCH_* variables win); "
+         "copied into the run directory.")
 
 
 def copy_into_run(config_path: Path, run_dir: Path) -> Path:

@@ -6,7 +6,10 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import click
@@ -41,7 +44,8 @@ def render_template(kind: str, name: str, destination: Path) -> Path:
               "entry_point": f"{KINDS[kind]}-{'-'.join(words)}"}
     target = destination / values["distribution"]
     if target.exists():
-        raise FileExistsError(f"{target} already exists; choose another NAME or --dir")
+        raise click.UsageError(f"{target} already exists; choose another NAME or --dir")
+    _refuse_taken(name, values["distribution"])
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
                                      keep_trailing_newline=True)
     for source in sorted(TEMPLATE_DIR.rglob("*.j2")):
@@ -58,6 +62,23 @@ def render_template(kind: str, name: str, destination: Path) -> Path:
     return target
 
 
+def _refuse_taken(name: str, distribution: str) -> None:
+    """A strategy name or distribution already installed would clash on install (duplicate names
+    are an error for both plugins), so refuse it now, naming who has it."""
+    registry = get_registry()
+    for kind in ("strategy", "task", "grader"):
+        if name in registry.entries[kind]:
+            owner = registry.entries[kind][name].plugin
+            raise click.UsageError(f"the name {name!r} is taken: {kind} {name!r} of {owner.distribution}; "
+                                   "choose another NAME")
+    try:
+        installed = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return
+    raise click.UsageError(f"a distribution {distribution!r} ({installed.version}) is already installed; "
+                           "choose another NAME")
+
+
 @click.command("new-plugin")
 @click.argument("kind", type=click.Choice(list(KINDS)))
 @click.argument("name")
@@ -67,7 +88,11 @@ def new_plugin(kind, name, directory):
     """Create a strategy or memory-system plugin from the template, ready to install and test."""
     target = render_template(kind, name, directory)
     click.echo(f"created {target}")
-    click.echo(f"next: pip install -e {target} && pytest {target / 'tests'} && budgetbench check-plugin {name}")
+    python = shlex.quote(sys.executable)  # this environment's pip and pytest, not whatever is on PATH
+    script = Path(sys.executable).with_name("budgetbench")
+    budgetbench = shlex.quote(str(script)) if script.is_file() else "budgetbench"
+    click.echo(f"next: {python} -m pip install -e {shlex.quote(str(target))} && {python} -m pytest "
+               f"{shlex.quote(str(target / 'tests'))} && {budgetbench} check-plugin {name}")
 
 
 # ----------------------------------------------------------------- check-plugin

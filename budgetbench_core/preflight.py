@@ -321,7 +321,7 @@ def preflight(config: Any, registry: Registry, *, budgets_given: bool, full: boo
                     context = _ollama(config.model, config.api_base, problems, passed)
                 elif config.api_base:
                     context = _openai_compatible(config.model, config.api_base, problems, passed)
-                else:
+                elif not getattr(config, "prompts_only", False):  # a prompts-only run calls no model
                     context = _tiny_call(config.model, None, problems, passed)
         if provider and context.tokens is None:
             context = _hosted_context(config.model)

@@ -101,10 +101,16 @@ class Display:
         self._lock = threading.Lock()
         self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
+        self._pending = threading.local()
 
     # ----------------------------------------------------------------- runner callbacks
 
     def start(self, total: int, per_strategy: dict[str, int]) -> None:
+        """The runner's ``on_start``; called again with larger totals as a streamed task's items arrive."""
+        if getattr(self, "_begun", False):
+            self._grow(total, per_strategy)
+            return
+        self._begun = True
         self.started = time.monotonic()
         self.counters = {OVERALL: _Counter(total), **{name: _Counter(n) for name, n in per_strategy.items()}}
         if self.mode == "rich":
@@ -119,8 +125,33 @@ class Display:
         elif self.mode == "plain":
             self._write(f"run: {total} cells ({', '.join(f'{s} {n}' for s, n in per_strategy.items())})")
 
-    def cell(self, strategy: str, row: dict[str, Any] | None = None, skipped: bool = False) -> None:
-        """One cell finished (``row`` is its terminal event), or was found done on disk (``skipped``)."""
+    def _grow(self, total: int, per_strategy: dict[str, int]) -> None:
+        with self._lock:
+            for name, cells in {OVERALL: total, **per_strategy}.items():
+                self.counters.setdefault(name, _Counter(0)).total = cells
+                if self._progress is None:
+                    continue
+                if name in self._tasks:
+                    self._progress.update(self._tasks[name], total=cells)
+                else:
+                    self._tasks[name] = self._progress.add_task(name, total=cells, key=name)
+
+    def finished(self, row: dict[str, Any]) -> None:
+        """The runner's ``on_cell``: a cell's terminal row, written on the worker thread that
+        then calls ``progress`` for the same cell."""
+        self._pending.row = row
+        self._count(str(row.get("strategy")), row, skipped=False)
+
+    def progress(self, strategy: str, cells: int) -> None:
+        """The runner's ``progress``: after ``finished`` on this thread it is the same cell;
+        otherwise the cells were found done on disk (a resume)."""
+        for _ in range(cells):
+            if getattr(self._pending, "row", None) is not None:
+                self._pending.row = None
+            else:
+                self._count(strategy, None, skipped=True)
+
+    def _count(self, strategy: str, row: dict[str, Any] | None, skipped: bool) -> None:
         now = time.monotonic()
         with self._lock:
             for key in (OVERALL, strategy):
@@ -137,11 +168,6 @@ class Display:
                         self._progress.advance(self._tasks[key], 1)
             elif self.mode == "plain" and not skipped:
                 self._write(self._cell_line(strategy, row, now))
-
-    def skipped_summary(self) -> None:
-        overall = self.counters.get(OVERALL)
-        if self.mode == "plain" and overall and overall.skipped:
-            self._write(f"resumed: {overall.skipped} cells already done")
 
     def close(self) -> None:
         if self._progress is not None:
@@ -265,14 +291,16 @@ def print_outcome(console: Console, result: RunOutcome) -> None:
     if result.errors:
         console.print(f"[red]errors[/] ({sum(n for _, n in result.errors)} cells, by cause):")
         for cause, n in result.errors[:8]:
-            console.print(f"  {n:>4} x {cause}", markup=False, highlight=False)
+            console.print(f"  {n:>4} x {cause}", markup=False, highlight=False, soft_wrap=True)
         if len(result.errors) > 8:
             console.print(f"  ... and {len(result.errors) - 8} other causes (report: errors.csv)")
     if not result.audit_checked:
-        console.print("served-count audit: the server reported no prompt usage, so our counts are unchecked")
+        console.print("served-count audit: the server reported no prompt usage, so our counts are unchecked",
+                      soft_wrap=True)
     elif result.audit_mismatched:
-        console.print(f"[yellow]served-count audit: {result.audit_mismatched} of {result.audit_checked} calls "
+        console.print(f"[yellow]served-count audit: {result.audit_mismatched} of {result.audit_checked} results "
                       f"disagree[/] (e.g. {result.audit_example}): the tokenizer is not the served model's, or "
-                      "the server changed the prompt (Ollama cuts prompts to num_ctx)", highlight=False)
+                      "the server changed the prompt (Ollama cuts prompts to num_ctx)", highlight=False, soft_wrap=True)
     else:
-        console.print(f"served-count audit: the server's prompt count matched ours on all {result.audit_checked} calls")
+        console.print(f"served-count audit: the server's prompt count matched ours on all {result.audit_checked} "
+                      "results", soft_wrap=True)

@@ -47,7 +47,7 @@ def test_bad_name_and_existing_folder_are_refused(tmp_path):
     assert bad.exit_code != 0 and "lower-case" in bad.output
     render("strategy", "twice", tmp_path)
     again = CliRunner().invoke(cli, ["new-plugin", "strategy", "twice", "--dir", str(tmp_path)])
-    assert again.exit_code != 0 and "already exists" in str(again.exception)
+    assert again.exit_code == 2 and "already exists" in again.output
 
 
 def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
