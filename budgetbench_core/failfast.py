@@ -6,15 +6,18 @@
   on ``max_consecutive`` calls in a row, retries included: the run stops with that cause.
   Any successful call resets the streak.
 
-Once stopped, no further call is sent (it fails at once as "not sent"), the runner takes
-no new cell, and what finished stays on disk, so the same command resumes after the fix.
+Until one call has succeeded, calls go out one at a time, so a key the server refuses costs
+one call, not one per worker. Once stopped, no further call is sent (it fails at once as
+"not sent"), the runner takes no new cell, and what finished stays on disk, so the same
+command resumes after the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 DEFAULT_MAX_CONSECUTIVE = 10
 
@@ -37,6 +40,8 @@ class FailFast:
         self._lock = threading.Lock()
         self._streak = 0
         self._last: str | None = None
+        self._proven = False  # a call has succeeded: calls may go out in parallel
+        self._probe_lock = threading.Lock()
 
     @property
     def stopped(self) -> bool:
@@ -53,6 +58,16 @@ class FailFast:
     def succeeded(self) -> None:
         with self._lock:
             self._streak, self._last = 0, None
+            self._proven = True
+
+    @contextlib.contextmanager
+    def probe(self) -> Iterator[None]:
+        """Around each attempt: one at a time until the first success."""
+        if self._proven:
+            yield
+            return
+        with self._probe_lock:
+            yield
 
     def transport_failed(self, message: str) -> None:
         with self._lock:
