@@ -88,6 +88,7 @@ class LocalBackend(LiteLLMBackend):
         params.hostnames = ["127.0.0.1"]
         params.port = _free_port()
         params.verbosity = -1
+        params.cache_prompt = self.server_prompt_cache  # the server's default too; requests also say so
         self._server = xllamacpp.Server(params)
         self.server_url = f"http://127.0.0.1:{params.port}"
         self.api_base = self.server_url + "/v1"
@@ -112,7 +113,7 @@ class LocalBackend(LiteLLMBackend):
         return f"local:{self.model_path}:{self.model_path.stat().st_size}", None
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.label, "model_file": str(self.model_path),
+        return {"backend": self.name, "model": self.label, **self.prompt_reuse(), "model_file": str(self.model_path),
                 "model_file_bytes": self.model_path.stat().st_size, "slots": self.slots,
                 "context_per_slot": self.context_per_slot, "served_as": self.model}
 
