@@ -93,6 +93,7 @@ class RunConfig:
     timeout_s: float = 120.0
     item_timeout_s: float = 600.0
     max_ingest_loss: float = 0.0
+    server_prompt_cache: bool = False  # let a llama.cpp server reuse cached prompts: faster, replies may differ
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE  # the same transport error this often: stop
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,12 +196,14 @@ class Run:
         self.backend: Backend = backend_class(
             config.model, api_base=config.api_base, timeout_s=config.timeout_s,
             max_context=max(config.budgets) + self.max_output_tokens, max_concurrency=config.max_concurrency,
+            server_prompt_cache=config.server_prompt_cache,
         )
         self.judge_backend: Backend | None = None
         if config.judge_model and config.judge_model != config.model:
             judge_class = registry.get("backend", _backend_for(config.judge_model)).obj
             self.judge_backend = judge_class(config.judge_model, timeout_s=config.timeout_s,
-                                             max_context=32768, max_concurrency=config.max_concurrency)
+                                             max_context=32768, max_concurrency=config.max_concurrency,
+                                             server_prompt_cache=config.server_prompt_cache)
         self.log = EventLog(self.run_dir)
         self._local = threading.local()
         self._stop = threading.Event()
@@ -326,7 +329,8 @@ class Run:
             "tokenizer": self._tokenizer_identity(tokenizer),
             "grader": {"name": self.grader_name, "version": str(self.grader.version)}, "judge_model": c.judge_model,
             "seed": c.seed, "temperature": c.temperature, "max_output_tokens": self.max_output_tokens,
-            "max_ingest_loss": c.max_ingest_loss, "versions": self._plugin_versions(),
+            "max_ingest_loss": c.max_ingest_loss, "server_prompt_cache": c.server_prompt_cache,
+            "versions": self._plugin_versions(),
         }
 
     def _tokenizer_identity(self, tokenizer: Tokenizer) -> dict[str, Any]:
