@@ -211,6 +211,9 @@ def run_options(function):
                 help="Seconds one strategy call may take."),
         _option("--max-ingest-loss", type=float, default=0.0, show_default=True,
                 help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
+        _option("--server-prompt-cache", is_flag=True, default=False,
+                help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
+                     "reply can then depend on what ran before, so a rerun may differ. Default: no reuse."),
         _option("--max-consecutive-failures", type=click.IntRange(min=1), default=DEFAULT_MAX_CONSECUTIVE,
                 show_default=True, help="Stop the run when this many calls in a row fail with the same transport "
                 "error (retries included); a refused key stops it at the first."),
