@@ -229,6 +229,8 @@ def test_an_item_with_no_row_at_all_is_reported_missing(tmp_path):
     notes = completeness(data, summary_table(data))
     assert notes[0] == "t: 1 of the 3 selected items have no row at all (missing): i3."
     assert notes[1].startswith("t: incomplete run, these cells have rows for fewer than the 3 items selected (manifest)")
+    data.manifest["selected_items"]["t"]["complete"] = False  # a streamed selection cut short
+    assert any(n.startswith("t: the run stopped while its items were still") for n in completeness(data, summary_table(data)))
     # Without the manifest's list (an older run) the missing item cannot be seen: only rows count.
     data.manifest = {"config": {"strategies": ["a", "b"]}}
     assert completeness(data, summary_table(data)) == []

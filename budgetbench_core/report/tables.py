@@ -265,10 +265,14 @@ def completeness(data: RunData, summary: list[dict[str, Any]]) -> list[str]:
         recorded = (selected.get(task) or {}).get("ids")
         expected = {str(i) for i in recorded} if recorded is not None else seen
         source = "selected (manifest)" if recorded is not None else "seen in any row"
+        partial = recorded is not None and (selected.get(task) or {}).get("complete") is False
         missing = sorted(expected - seen)
         if missing:
             notes.append(f"{task}: {len(missing)} of the {len(expected)} selected items have no row at all "
                          f"(missing): {', '.join(missing)}.")
+        if partial:
+            notes.append(f"{task}: the run stopped while its items were still being read: {len(expected)} were "
+                         "selected so far, more may follow when it resumes.")
         short = [f"{r['strategy']}@{r['budget']} ({r['n_items']})" for r in summary
                  if r["task"] == task and r["n_items"] < len(expected)]
         if short:
