@@ -20,6 +20,7 @@ from budgetbench_core import TaskDataError
 
 from .airline import AirlineTools
 from .environment import Environment
+from .toolkit import Toolkit
 from .mock import MockTools, MockUserTools
 from .models import FlightDB, MockDB, MockUserDB, RetailDB
 from .retail import RetailTools
@@ -144,6 +145,8 @@ class Domain:
     splits: dict[str, list[str]]
     db_path: Path
     user_db_path: Path | None
+    _pristine_hashes: tuple[str, str | None] | None = field(default=None, repr=False)
+    gold_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def task(self, task_id: str) -> TaskRecord:
         for task in self.tasks:
@@ -158,15 +161,23 @@ class Domain:
         wanted = set(self.splits[name])
         return [task for task in self.tasks if task.id in wanted]
 
-    def environment(self) -> Environment:
-        """A fresh environment: the database as in the file, nothing applied."""
+    def _toolkits(self) -> tuple[Toolkit, Toolkit | None]:
         db_model, tools_class, user = DOMAINS[self.name]
         tools = tools_class(db_model.model_validate(_raw_database(str(self.db_path))))
         user_tools = None
         if user is not None:
             user_db_model, user_tools_class = user
             user_tools = user_tools_class(user_db_model.model_validate(_raw_database(str(self.user_db_path))))
-        return Environment(tools, user_tools)
+        return tools, user_tools
+
+    def _pristine(self) -> tuple[str, str | None]:
+        if self._pristine_hashes is None:
+            self._pristine_hashes = Environment(self._toolkits).snapshot()
+        return self._pristine_hashes
+
+    def environment(self) -> Environment:
+        """A fresh environment: the database as in the file, nothing applied."""
+        return Environment(self._toolkits, self._pristine)
 
 
 def load_domain(name: str, folder: str | Path) -> Domain:
@@ -204,7 +215,7 @@ def load_domain(name: str, folder: str | Path) -> Domain:
     domain = Domain(name, folder, (folder / "policy.md").read_text(encoding="utf-8"), tasks, splits, db_path,
                     user_db_path)
     try:
-        domain.environment()
+        domain.environment().tools
     except TaskDataError:
         raise
     except Exception as exc:  # a database that does not fit the schema

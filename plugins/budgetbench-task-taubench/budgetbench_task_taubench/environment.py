@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel
 
 from .toolkit import Toolkit, tool_output
 
@@ -43,9 +42,31 @@ def merge(base: dict, update: dict) -> dict:
 class Environment:
     """One episode's world. ``tools`` act for the agent, ``user_tools`` (mock only) for the user."""
 
-    def __init__(self, tools: Toolkit, user_tools: Toolkit | None = None) -> None:
-        self.tools = tools
-        self.user_tools = user_tools
+    def __init__(self, build: Callable[[], tuple[Toolkit, Toolkit | None]],
+                 pristine: Callable[[], tuple[str, str | None]] | None = None) -> None:
+        """``build`` makes the toolkits (validating the database takes ~0.1 s for airline, so it
+        runs at the first call); ``pristine`` gives the untouched databases' hashes, so an
+        environment nobody wrote to is hashed without building it."""
+        self._build = build
+        self._kits: tuple[Toolkit, Toolkit | None] | None = None
+        self._snapshot = pristine
+        self._dirty = pristine is None
+
+    def _ready(self) -> tuple[Toolkit, Toolkit | None]:
+        if self._kits is None:
+            self._kits = self._build()
+        return self._kits
+
+    @property
+    def tools(self) -> Toolkit:
+        return self._ready()[0]
+
+    @property
+    def user_tools(self) -> Toolkit | None:
+        return self._ready()[1]
+
+    def _touch(self) -> None:
+        self._dirty = True
 
     def _toolkit(self, requestor: str) -> Toolkit:
         if requestor == "assistant":
@@ -59,7 +80,10 @@ class Environment:
     def call(self, name: str, arguments: dict[str, Any], requestor: str = "assistant") -> ToolResult:
         """Run one tool call; never raises (the agent sees the error text instead)."""
         try:
-            value = self._toolkit(requestor).use_tool(name, **arguments)
+            kit = self._toolkit(requestor)
+            if kit.is_write(name):
+                self._touch()  # even a failing write may have changed something
+            value = kit.use_tool(name, **arguments)
         except Exception as exc:  # every failure is shown to the agent, as upstream
             value, error = f"Error: {exc}", True
         else:
@@ -80,9 +104,11 @@ class Environment:
         kit = self.tools if env_type == "assistant" else self.user_tools if env_type == "user" else None
         if env_type not in ("assistant", "user"):
             raise ValueError(f"Invalid environment type: {env_type}")
+        self._touch()
         return getattr(kit, func_name)(**arguments)
 
     def update_db(self, which: str, update: dict) -> None:
+        self._touch()
         kit = self.tools if which == "agent" else self.user_tools
         kit.db = type(kit.db).model_validate(merge(kit.db.model_dump(), update))
 
@@ -93,8 +119,7 @@ class Environment:
         return None if self.user_tools is None else dict_hash(self.user_tools.db.model_dump())
 
     def snapshot(self) -> tuple[str, str | None]:
+        """Both database hashes (the user's is None outside mock)."""
+        if not self._dirty:
+            return self._snapshot()
         return self.db_hash(), self.user_db_hash()
-
-
-def model_copy(model: BaseModel) -> BaseModel:
-    return type(model).model_validate(model.model_dump())

@@ -151,8 +151,11 @@ def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[d
         db_reward, assertion_reward = 1.0, 1.0
         detail["db"] = {"match": True, "note": "no gold actions or assertions"}
     else:
-        gold, outputs = gold_replay(domain, task)
-        gold_hash, got_hash = gold.snapshot(), env.snapshot()
+        if task.id not in domain.gold_cache:  # deterministic: computed once per task and process
+            gold, outputs = gold_replay(domain, task)
+            domain.gold_cache[task.id] = (gold.snapshot(), outputs)
+        gold_hash, outputs = domain.gold_cache[task.id]
+        got_hash = env.snapshot()
         db_reward = float(gold_hash == got_hash)
         detail["db"] = {"match": bool(db_reward), "gold_hash": gold_hash[0], "hash": got_hash[0],
                         "gold_user_hash": gold_hash[1], "user_hash": got_hash[1]}
