@@ -68,8 +68,10 @@ def gate_command(run_dir: Path, max_violation_rate: float, max_error_rate: float
               help="Plan for non-inferiority at this margin instead of detection.")
 @click.option("--assume-delta", type=float, default=None,
               help="With --margin: the true delta assumed (default: the pilot's observed delta).")
-@click.option("--power", type=click.FloatRange(0.5, 1, max_open=True), default=0.8, show_default=True)
-@click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True)
+@click.option("--power", type=click.FloatRange(0.5, 1, max_open=True), default=0.8, show_default=True,
+              help="Chance the planned run detects the difference if it is real.")
+@click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True,
+              help="Confidence level of the intervals the planned run will report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, assume_delta: float | None,
                  power: float, confidence: float, as_json: bool) -> None:
