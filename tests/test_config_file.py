@@ -31,8 +31,11 @@ retries = 1
 timeout = 30.5
 item-timeout = 60
 max-ingest-loss = 0.25
+max-consecutive-failures = 3
 out = "runs/from-toml"
 no-report = true
+display = "plain"
+no-preflight = true
 
 [task_options]
 items = 3
@@ -66,6 +69,7 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert (params["temperature"], params["max_output_tokens"], params["retries"]) == (0.5, 16, 1)
     assert (params["timeout_s"], params["item_timeout_s"], params["max_ingest_loss"]) == (30.5, 60.0, 0.25)
     assert params["out"] == Path("runs/from-toml") and params["no_report"] is True
+    assert (params["display"], params["no_preflight"], params["max_consecutive_failures"]) == ("plain", True, 3)
     assert params["task_options"] == ("items=3", "history_tokens=600")
     assert params["strategy_params"] == ("summary_buffer.max_calls=1", "summary_buffer.summary_share=0.3")
     covered = {p.name for p in run_command.params
