@@ -173,6 +173,8 @@ def _download(source: Dataset, filename: str, target: Path) -> str:
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
     commit = get_hf_file_metadata(hf_hub_url(source.repo, filename, repo_type="dataset")).commit_hash
+    if commit is None:  # the checksum line records the commit: never download an unnamed revision
+        raise RuntimeError(f"the hub named no commit for {source.repo}/{filename}")
     cached = hf_hub_download(source.repo, filename, repo_type="dataset", revision=commit)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".part")

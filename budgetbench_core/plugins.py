@@ -33,6 +33,7 @@ import pluggy
 from . import hookspecs
 from .backends import Backend
 from .datasets import Dataset
+from .executors import Executor
 from .graders import Grader
 from .memory_systems import MemorySystem
 from .strategies import MemoryStrategy
@@ -40,7 +41,7 @@ from .tasks import Task
 from .tokenizers import Tokenizer
 
 GROUP = "budgetbench"
-KINDS = ("strategy", "task", "grader", "backend", "tokenizer", "dataset")
+KINDS = ("strategy", "task", "grader", "backend", "tokenizer", "dataset", "executor")
 _HOOK_OF_KIND = {
     "strategy": "register_strategies",
     "task": "register_tasks",
@@ -48,12 +49,14 @@ _HOOK_OF_KIND = {
     "backend": "register_backends",
     "tokenizer": "register_tokenizers",
     "dataset": "register_datasets",
+    "executor": "register_executors",
 }
 _BASE_OF_KIND: dict[str, tuple[type, ...]] = {
     "strategy": (MemoryStrategy, MemorySystem),
     "task": (Task,),
     "grader": (Grader,),
     "backend": (Backend,),
+    "executor": (Executor,),
 }
 HOOKS = (*_HOOK_OF_KIND.values(), "register_commands", "resolve_backend", "resolve_tokenizer")
 
@@ -156,6 +159,9 @@ def _contained(info: PluginInfo, failure: str) -> Iterator[None]:
                   f"(kept off stdout): {printed.getvalue()[:500]!r}", file=sys.stderr)
 
 
+_CORE_RESOLVERS = "budgetbench-core-resolvers"
+
+
 class _CoreResolvers:
     """The core's own last-resort resolution: tokenizer specs by registered prefix."""
 
@@ -178,7 +184,7 @@ class Registry:
     def __init__(self, entry_points: list[metadata.EntryPoint] | None = None) -> None:
         self.manager = pluggy.PluginManager(GROUP)
         self.manager.add_hookspecs(hookspecs)
-        self.manager.register(_CoreResolvers(self), name="budgetbench-core-resolvers")
+        self.manager.register(_CoreResolvers(self), name=_CORE_RESOLVERS)
         self._plugins: list[PluginInfo] = []
         self._entries: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self.conflicts: dict[tuple[str, str], str] = {}
@@ -347,10 +353,18 @@ class Registry:
 
     def resolve_tokenizer(self, spec: str, backend: Any) -> Tokenizer:
         """A Tokenizer for ``spec`` (the ``resolve_tokenizer`` hook, then registered prefixes)."""
+        return self.resolve_tokenizer_source(spec, backend)[0]
+
+    def resolve_tokenizer_source(self, spec: str, backend: Any) -> tuple[Tokenizer, PluginInfo]:
+        """The Tokenizer for ``spec`` and the plugin that made it (for the run's identity)."""
         tokenizer, plugin = self._first_result("resolve_tokenizer", spec=spec, backend=backend)
         if not isinstance(tokenizer, Tokenizer):
-            raise PluginError(f"tokenizer spec {spec!r}: plugin {plugin!r} gave {tokenizer!r}, not a Tokenizer")
-        return tokenizer
+            raise PluginError(f"tokenizer spec {spec!r}: plugin {plugin!r} ({self._distribution(plugin or '')}) "
+                              f"gave {tokenizer!r}, not a Tokenizer")
+        if plugin == _CORE_RESOLVERS:  # a registered prefix: the plugin that registered it made the tokenizer
+            return tokenizer, self.get("tokenizer", spec.partition(":")[0]).plugin
+        source = next((p for p in self._plugins if p.name == plugin), PluginInfo(str(plugin), "unknown", "unknown"))
+        return tokenizer, source
 
     def add_commands(self, cli: Any) -> None:
         """Let every plugin add its commands; one may not replace a command already there."""

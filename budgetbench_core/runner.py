@@ -135,11 +135,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _backend_for(model: str) -> str:
-    """``local`` and ``local:<gguf>`` run the embedded server; anything else goes to litellm."""
-    return "local" if model == "local" or model.startswith("local:") else "litellm"
-
-
 @contextlib.contextmanager
 def _exclusive(run_dir: Path) -> Iterator[None]:
     """One process per run directory: two would overwrite each other's manifest. The OS
@@ -190,9 +185,9 @@ class Run:
         self.grader_name = grader_name
         self.strategy_classes = {name: registry.get("strategy", name).obj for name in config.strategies}
         self.max_output_tokens = config.max_output_tokens or self.task.max_output_tokens
-        backend_name = _backend_for(config.model)
-        self.backend_name = backend_name
-        backend_class = registry.get("backend", backend_name).obj
+        resolved = registry.resolve_backend(config.model)  # the resolve_backend hook: plugins may claim a model
+        self.backend_name = resolved.name
+        backend_class = resolved.obj
         self.backend: Backend = backend_class(
             config.model, api_base=config.api_base, timeout_s=config.timeout_s,
             max_context=max(config.budgets) + self.max_output_tokens, max_concurrency=config.max_concurrency,
@@ -200,7 +195,7 @@ class Run:
         )
         self.judge_backend: Backend | None = None
         if config.judge_model and config.judge_model != config.model:
-            judge_class = registry.get("backend", _backend_for(config.judge_model)).obj
+            judge_class = registry.resolve_backend(config.judge_model).obj
             self.judge_backend = judge_class(config.judge_model, timeout_s=config.timeout_s,
                                              max_context=32768, max_concurrency=config.max_concurrency,
                                              server_prompt_cache=config.server_prompt_cache)
@@ -266,15 +261,19 @@ class Run:
                 f"model {self.config.model!r} has no default tokenizer: pass --tokenizer "
                 f"(hf:<dir>, tiktoken:<encoding>, gguf:<file> or server)"
             )
-        prefix, _, argument = spec.partition(":")
-        factory = self.registry.get("tokenizer", prefix).obj
-        self.tokenizer_ref = self.ref("tokenizer", prefix)
+        prefix = spec.partition(":")[0]  # the resolve_tokenizer hook; registered prefixes are the core's fallback
+        registered = prefix in self.registry.names("tokenizer")
+        self.tokenizer_ref = self.ref("tokenizer", prefix) if registered else PluginRef("tokenizer", spec)
         try:
-            return contained("create", self.tokenizer_ref, lambda: factory(argument, self.backend),
-                             Deadline(LOAD_TIMEOUT_S))
+            tokenizer, self.tokenizer_plugin = contained(
+                "create", self.tokenizer_ref, lambda: self.registry.resolve_tokenizer_source(spec, self.backend),
+                Deadline(LOAD_TIMEOUT_S))
+            self.tokenizer_ref = PluginRef("tokenizer", self.tokenizer_ref.name, self.tokenizer_plugin.distribution)
+            return tokenizer
         except PluginFailure as failure:
-            if isinstance(failure.original, (ValueError, OSError)) and not isinstance(failure.original, PluginFailure):
-                raise failure.original from None  # a clear message about the spec or file
+            if (isinstance(failure.original, (ValueError, OSError, PluginError))
+                    and not isinstance(failure.original, PluginFailure)):
+                raise failure.original from None  # a clear message about the spec, file or plugin
             raise PluginError(failure.cause) from None
 
     def _load_items(self) -> list[Item]:
@@ -311,8 +310,9 @@ class Run:
 
     def _plugin_versions(self) -> dict[str, str]:
         used = [("task", self.config.task), ("grader", self.grader_name), ("backend", self.backend_name),
-                ("tokenizer", self.tokenizer_ref.name), *(("strategy", s) for s in self.config.strategies)]
-        versions = {"budgetbench": metadata.version("budgetbench")}
+                *(("strategy", s) for s in self.config.strategies)]
+        versions = {"budgetbench": metadata.version("budgetbench"),
+                    self.tokenizer_plugin.distribution: self.tokenizer_plugin.version}  # resolved, maybe unregistered
         for kind, name in used:
             plugin = self.registry.get(kind, name).plugin
             versions[plugin.distribution] = plugin.version
@@ -677,7 +677,7 @@ class Run:
                                       timeout_s=self.config.timeout_s, plugin=backend_ref, fail_fast=self.fail_fast)
             self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries,
                                              timeout_s=self.config.timeout_s, fail_fast=self.fail_fast,
-                                             plugin=self.ref("backend", _backend_for(self.config.judge_model or "")))
+                                             plugin=self.ref("backend", self.judge_backend.name))
                                  if self.judge_backend else self.caller)
             self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
             units = self.form_units(items, done)

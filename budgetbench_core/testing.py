@@ -34,11 +34,12 @@ loopback OpenAI-compatible server with fault modes), ``invoke_cli`` (the real
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import random
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -497,7 +498,7 @@ def no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -
     raise AssertionError(f"unexpected auxiliary model call ({purpose!r})")
 
 
-def strategy_context(item: Item, budget: int, counter: PromptCounter | None, run_dir: Path,
+def strategy_context(item: Item, budget: int, counter: PromptCounter, run_dir: Path,
                      complete: Callable[[Sequence[Message], int, str], str] | None = None,
                      seed: int = 0) -> StrategyContext:
     """A StrategyContext as the runner builds one; ``complete`` defaults to refusing calls."""
@@ -549,28 +550,23 @@ def shared_data(relative: str) -> Path:
     return path
 
 
-try:
+if importlib.util.find_spec("pytest") is not None:  # the kit itself works without pytest; the fixtures need it
     import pytest
-except ImportError:  # the kit itself works without pytest; only the fixtures need it
-    pytest = None
-
-if pytest is not None:
 
     def _in_ci() -> bool:
         return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, Any]:
         """Under ``CI=true`` a test skipped for want of ``../shared/data`` (by ``shared_data``
         or a ``skipif`` whose reason names that folder) is a failure: CI must run it."""
-        outcome = yield
-        report = outcome.get_result()
-        if not (report.skipped and _in_ci()):
-            return
-        reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
-        if str(SHARED_DATA) in reason or "shared data" in reason.lower() or "shared/data" in reason:
-            report.outcome = "failed"
-            report.longrepr = f"CI=true: skipped for want of shared test data, which CI must have: {reason}"
+        report = yield
+        if report.skipped and _in_ci():
+            reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
+            if str(SHARED_DATA) in reason or "shared data" in reason.lower() or "shared/data" in reason:
+                report.outcome = "failed"
+                report.longrepr = f"CI=true: skipped for want of shared test data, which CI must have: {reason}"
+        return report
 
     @pytest.fixture(scope="session")
     def budgetbench_backend() -> Iterator[Backend]:

@@ -95,9 +95,13 @@ def test_hook_register_graders(tmp_path):
 
 
 class LocalWithLabel(Backend):
-    """Delegates to the embedded backend, adding a label, to prove the registry picks it."""
+    """Delegates to the embedded backend, adding a label, to prove the registry picks it.
 
-    name = "litellm"  # replaces the built-in litellm backend in this private registry
+    Registered beside the built-ins (nothing is replaced) and selected by its own
+    ``--model labelled/...`` prefix through ``resolve_backend``.
+    """
+
+    name = "labelled"
 
     def __init__(self, model, **options):
         super().__init__(model, **options)
@@ -122,12 +126,16 @@ class LocalWithLabel(Backend):
 
 def test_hook_register_backends(tmp_path):
     registry = load_registry()
-    del registry.entries["backend"]["litellm"]
-    registry.add_plugin(*plugin("backends", register_backends=lambda register: register(LocalWithLabel)))
+    registry.add_plugin(*plugin("backends", register_backends=lambda register: register(LocalWithLabel),
+                                resolve_backend=lambda model: "labelled" if model.startswith("labelled/") else None))
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
-    summary = run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], model="custom/model",
+    assert registry.names("backend") == ["labelled", "litellm", "local"]
+    summary = run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], model="labelled/model",
                             out=tmp_path), registry=registry)
     assert summary.results == 2 and summary.model_calls == 2
+    from budgetbench_core.runlog import read_manifest
+
+    assert read_manifest(tmp_path)["model"]["backend"] == "labelled"
 
 
 class WordTokenizer(Tokenizer):
