@@ -132,8 +132,11 @@ def fill_budget(item: Item, ranked: Sequence[RetrievedItem], budget: int, counte
     return BudgetFill(frame(chosen), exact, chosen, dropped)
 
 
-def _phase(phase: str, call):
-    """Run a memory-system call; anything it raises is tagged with its phase for the error row."""
+def _phase(phase: str, call, owner=None):
+    """Run a memory-system call; anything it raises is tagged with its phase for the error row
+    (``owner.current_phase`` says which phase a call that never returns was in)."""
+    if owner is not None:
+        owner.current_phase = phase
     try:
         return call()
     except BaseException as exc:  # noqa: BLE001 - the sandbox records it
@@ -163,6 +166,7 @@ class MemorySystemStrategy(MemoryStrategy):
         self._item_id: str | None = None
         self._ranked: list[RetrievedItem] = []
         self._report: IngestReport | None = None
+        self.current_phase: str | None = None  # ingest or retrieve while one runs
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -189,14 +193,15 @@ class MemorySystemStrategy(MemoryStrategy):
             self._report = IngestReport.from_dict(saved["ingest"])
             self._ranked = [RetrievedItem(**r) for r in saved["ranked"]]
         else:
-            self._report = _phase("ingest", lambda: self.system.ingest(context.item.sessions(), context))
+            self._report = _phase("ingest", lambda: self.system.ingest(context.item.sessions(), context), self)
             if not isinstance(self._report, IngestReport):
                 raise PhaseError("ingest", TypeError(f"memory system {self.name!r} ingest returned "
                                                      f"{type(self._report).__name__}, not IngestReport"))
             if self._report.loss > self.max_ingest_loss:
                 ranked = []
             else:
-                ranked = _phase("retrieve", lambda: self.system.retrieve(context.item.query.content, context))
+                ranked = _phase("retrieve", lambda: self.system.retrieve(context.item.query.content, context),
+                                self)
             if not isinstance(ranked, list) or not all(isinstance(r, RetrievedItem) for r in ranked):
                 raise PhaseError("retrieve", TypeError(f"memory system {self.name!r} retrieve must return "
                                                        f"list[RetrievedItem]"))
@@ -211,6 +216,7 @@ class MemorySystemStrategy(MemoryStrategy):
             )
             tmp.replace(path)
         self._item_id = context.item.id
+        self.current_phase = None
 
     def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
         if self._item_id != context.item.id:

@@ -31,8 +31,8 @@ _SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.I
 
 
 _AUTHORIZATION = re.compile(r"((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token)?\s*)"
-                            r"[^\s\"',;}]+", re.IGNORECASE)
-_BEARER = re.compile(r"(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+                            r"(?!<)[^\s\"',;}]+", re.IGNORECASE)  # (?!<): already redacted
+_BEARER = re.compile(r"(\bbearer\s+)(?!<)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 _PIECE = 12  # a piece of a key this long is redacted too (some providers quote part of it back)
 
 

@@ -454,6 +454,8 @@ class Run:
                             cause=describe_exception(original), plugin=name, strategy_s=strategy_s)
                 return None
             phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
+            if failure.timed_out and isinstance(strategy, MemorySystemStrategy) and strategy.current_phase:
+                phase = strategy.current_phase  # hung in ingest or retrieve
             cell.finish(Error, phase=phase, plugin=name, distribution=failure.plugin.distribution,
                         cause=self._strategy_cause(name, item, failure), strategy_s=strategy_s)
             return None
