@@ -161,6 +161,14 @@ def cli() -> None:
 ENV_PREFIX = "BUDGETBENCH_"
 
 
+class RequiredOption(click.Option):
+    """A required option with ``default=None``, so the CLI reference says "required" rather than
+    click's UNSET marker: click 8.3+ takes None for a given value, so None counts as missing here."""
+
+    def value_is_missing(self, value) -> bool:
+        return value is None or super().value_is_missing(value)
+
+
 def _option(*names: str, **attrs):
     """A run option that also reads ``BUDGETBENCH_<LONG_NAME>`` (the command line wins over
     the variable, the variable over ``--config``, which wins over the default)."""
@@ -172,7 +180,7 @@ def _option(*names: str, **attrs):
 
 def run_options(function):
     options = [
-        _option("--task", "-t", required=True, default=None, help="Task name (see `budgetbench list-plugins`)."),
+        _option("--task", "-t", cls=RequiredOption, required=True, default=None, help="Task name (see `budgetbench list-plugins`)."),
         _option("--strategy", "-s", "strategies", multiple=True, required=True, default=None,
                 help="Strategy name; repeat for several."),
         _option("--budgets", "-b", default=None,
@@ -436,13 +444,14 @@ def describe(name, as_json):
 def explicit_defaults(group: click.Group) -> None:
     """Give every option without a default the value click uses for it anyway (flags False,
     repeatable options ``()``, others None): click 8.3+ keeps a marker object there, which the
-    generated CLI reference printed as ``Sentinel.UNSET``."""
+    generated CLI reference printed as ``Sentinel.UNSET``. Required options keep it: click 8.3+
+    enforces them only while the default is unset (``RequiredOption`` for those of ``run``)."""
     unset = getattr(click.core, "UNSET", None)
     for command in group.commands.values():
         if isinstance(command, click.Group):
             explicit_defaults(command)
         for param in command.params:
-            if isinstance(param, click.Option) and unset is not None and param.default is unset:
+            if isinstance(param, click.Option) and unset is not None and param.default is unset and not param.required:
                 param.default = False if param.is_bool_flag else (() if param.multiple else None)
 
 
