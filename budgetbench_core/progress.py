@@ -64,14 +64,12 @@ class _Counter:
         return self.skipped + self.finished
 
     def eta(self, started: float, now: float) -> float | None:
-        """Time per finished cell so far times the cells left, minus the time since the last one."""
-        if not self.finished or self.last_at is None:
+        """Time so far per cell finished in this invocation, times the cells left: it grows while
+        nothing finishes, rather than counting down to 0 on a stalled run."""
+        if not self.finished:
             return None
         remaining = self.total - self.done
-        if remaining <= 0:
-            return 0.0
-        per_cell = (self.last_at - started) / self.finished
-        return max(0.0, per_cell * remaining - (now - self.last_at))
+        return (now - started) / self.finished * remaining if remaining > 0 else 0.0
 
 
 class _EtaColumn(ProgressColumn):
