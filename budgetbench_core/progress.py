@@ -51,13 +51,11 @@ def format_eta(seconds: float | None) -> str:
 
 @dataclass
 class _Counter:
-    """Cells of one bar: total, already done on disk, finished now, and when."""
+    """Cells of one bar: total, already done on disk, finished in this invocation."""
 
     total: int
     skipped: int = 0
     finished: int = 0
-    first_at: float | None = None
-    last_at: float | None = None
 
     @property
     def done(self) -> int:
@@ -158,8 +156,6 @@ class Display:
                     counter.skipped += 1
                 else:
                     counter.finished += 1
-                    counter.first_at = counter.first_at or now
-                    counter.last_at = now
             if self._progress is not None:
                 for key in (OVERALL, strategy):
                     if key in self._tasks:
