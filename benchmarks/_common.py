@@ -118,14 +118,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if self.server.delay_s:
                 time.sleep(self.server.delay_s)
-            prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
+            prompt_tokens = self.server.count(request.get("messages", []))
             self._send(200, {
                 "id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
                 "model": request.get("model", "bench"),
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": "I do not know."}}],
-                "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": 5,
-                          "total_tokens": prompt_chars // 4 + 5},
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5,
+                          "total_tokens": prompt_tokens + 5},
             })
         finally:
             with self.server.lock:
@@ -143,7 +143,22 @@ class _Server(ThreadingHTTPServer):
         self.rate_limit_first = rate_limit_first
         self.retry_after = retry_after
         self.lock = threading.Lock()
+        self.encoding = None
         self.reset_stats()
+
+    def count(self, messages: list[dict]) -> int:
+        """The prompt's tokens as ``tiktoken:cl100k_base`` counts them (the benchmarks' tokenizer), so
+        the runner's check of the served count passes, as it would against a real server."""
+        if self.encoding is None:
+            from budgetbench_core import use_bundled_tiktoken_encodings
+
+            use_bundled_tiktoken_encodings()
+            import tiktoken
+
+            self.encoding = tiktoken.get_encoding("cl100k_base")
+        encode = self.encoding.encode
+        return 3 + sum(3 + len(encode(m.get("role") or "", disallowed_special=()))
+                       + len(encode(m.get("content") or "", disallowed_special=())) for m in messages)
 
     def reset_stats(self) -> None:
         self.stats = {"requests": 0, "inflight": 0, "max_inflight": 0, "server_s": 0.0, "rate_limited": 0}

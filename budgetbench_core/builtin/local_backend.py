@@ -9,7 +9,9 @@ path as any OpenAI-compatible server; prompts are counted by the server itself.
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,10 @@ MODEL_CONTEXT = 8192
 # this much room past it, so the 8192 tier runs on the 8192-token model.
 OUTPUT_ROOM = 2048
 MAX_SLOTS = 4
+# Chosen by benchmarks/bench_embedded_settings.py (docs/performance.md, "The embedded server"):
+# with llama.cpp's default OpenMP spin-waiting, generation fell to 0.6 tok/s on a busy 2-core
+# machine and ran at 16 tok/s with PASSIVE waiting in the same conditions.
+OMP_WAIT_POLICY: str | None = "PASSIVE"
 
 
 def default_model_path() -> Path:
@@ -53,11 +59,15 @@ class LocalBackend(LiteLLMBackend):
 
     def __init__(self, model: str = "local", api_base: str | None = None, timeout_s: float = 120.0,
                  max_context: int | None = None, max_concurrency: int = 1, threads: int | None = None,
+                 batch_threads: int | None = None, omp_wait_policy: str | None = OMP_WAIT_POLICY,
                  **options: Any) -> None:
         _, _, path = model.partition(":")
         self.model_path = Path(path) if path else default_model_path()
         self.slots = max(1, min(MAX_SLOTS, max_concurrency))
-        self.threads = threads
+        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.batch_threads = batch_threads or self.threads
+        self.omp_wait_policy = omp_wait_policy
+        self.openmp_settings: dict[str, str | None] = {}
         self.model_context = MODEL_CONTEXT
         self.context_per_slot = max(MODEL_CONTEXT, max_context or 0)
         if max_context and max_context > MODEL_CONTEXT + OUTPUT_ROOM:
@@ -74,8 +84,7 @@ class LocalBackend(LiteLLMBackend):
     def start(self) -> None:
         if self._server is not None:
             return
-        import os
-
+        self._apply_openmp_settings()
         import xllamacpp
 
         params = xllamacpp.CommonParams()
@@ -83,8 +92,8 @@ class LocalBackend(LiteLLMBackend):
         params.model_alias = "local-model"
         params.n_ctx = self.context_per_slot * self.slots
         params.n_parallel = self.slots
-        params.cpuparams.n_threads = self.threads or max(1, os.cpu_count() or 1)
-        params.cpuparams_batch.n_threads = params.cpuparams.n_threads
+        params.cpuparams.n_threads = self.threads
+        params.cpuparams_batch.n_threads = self.batch_threads
         params.hostnames = ["127.0.0.1"]
         params.port = _free_port()
         params.verbosity = -1
@@ -102,6 +111,15 @@ class LocalBackend(LiteLLMBackend):
             time.sleep(0.1)
         raise RuntimeError(f"embedded llama.cpp server for {self.model_path} did not become healthy in 120 s")
 
+    def _apply_openmp_settings(self) -> None:
+        """Set OMP_WAIT_POLICY before llama.cpp's OpenMP runtime reads it (when xllamacpp is
+        first imported); a value the user exported wins. Records what is in force."""
+        if self.omp_wait_policy and "xllamacpp" not in sys.modules:
+            os.environ.setdefault("OMP_WAIT_POLICY", self.omp_wait_policy)
+        self.openmp_settings = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+                                "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
+                                "applied_before_import": "xllamacpp" not in sys.modules}
+
     def stop(self) -> None:
         self._server = None  # the server shuts down when the object is released
 
@@ -115,7 +133,9 @@ class LocalBackend(LiteLLMBackend):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.label, **self.prompt_reuse(), "model_file": str(self.model_path),
                 "model_file_bytes": self.model_path.stat().st_size, "slots": self.slots,
-                "context_per_slot": self.context_per_slot, "served_as": self.model}
+                "context_per_slot": self.context_per_slot, "served_as": self.model,
+                "threads": {"generation": self.threads, "batch": self.batch_threads},
+                "openmp": self.openmp_settings or {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}}
 
 
 @hookimpl
