@@ -134,18 +134,17 @@ class Display:
 
     def finished(self, row: dict[str, Any]) -> None:
         """The runner's ``on_cell``: a cell's terminal row, written on the worker thread that
-        then calls ``progress`` for the same cell."""
-        self._pending.row = row
+        then calls ``progress`` for the same cells."""
+        self._pending.cells = getattr(self._pending, "cells", 0) + 1
         self._count(str(row.get("strategy")), row, skipped=False)
 
     def progress(self, strategy: str, cells: int) -> None:
-        """The runner's ``progress``: after ``finished`` on this thread it is the same cell;
-        otherwise the cells were found done on disk (a resume)."""
-        for _ in range(cells):
-            if getattr(self._pending, "row", None) is not None:
-                self._pending.row = None
-            else:
-                self._count(strategy, None, skipped=True)
+        """The runner's ``progress``: cells this thread reported through ``finished`` are already
+        counted; the others were found done on disk (a resume)."""
+        reported = min(cells, getattr(self._pending, "cells", 0))
+        self._pending.cells = getattr(self._pending, "cells", 0) - reported
+        for _ in range(cells - reported):
+            self._count(strategy, None, skipped=True)
 
     def _count(self, strategy: str, row: dict[str, Any] | None, skipped: bool) -> None:
         now = time.monotonic()

@@ -338,3 +338,27 @@ def test_run_with_no_other_option_finishes(tmp_path):
     rows = final_rows(tmp_path / "runs" / "synthetic-memory")
     assert sorted({r["budget"] for r in rows.values()}) == [2048, 4096, 8192]
     assert len(rows) == 6 and all(r["event"] in ("result", "violation") for r in rows.values())
+
+
+def test_display_tells_finished_cells_from_resumed_ones():
+    """Rows reported through on_cell are finished cells (one plain line each); progress beyond
+    them is cells found done on disk, which do not count toward the speed behind the ETA."""
+    import io
+
+    from budgetbench_core.progress import OVERALL, Display
+
+    screen = Display("plain", stream=io.StringIO())
+    screen.start(5, {"truncation": 5})
+    screen.progress("truncation", 2)  # resumed
+    screen.finished({"strategy": "truncation", "event": "result", "budget": 512, "item_id": "a", "quality": 1.0,
+                     "prompt_tokens": 300})
+    screen.progress("truncation", 1)
+    for _ in range(2):  # a unit whose reset failed: two error rows, one progress call
+        screen.finished({"strategy": "truncation", "event": "error", "budget": 512, "item_id": "b",
+                         "phase": "reset", "cause": "reset failed"})
+    screen.progress("truncation", 2)
+    counter = screen.counters[OVERALL]
+    assert (counter.skipped, counter.finished, counter.done) == (2, 3, 5)
+    lines = screen.stream.getvalue().splitlines()
+    assert len([line for line in lines if line.startswith("[")]) == 3
+    assert "error (reset): reset failed" in lines[-1]
