@@ -362,3 +362,39 @@ def test_display_tells_finished_cells_from_resumed_ones():
     lines = screen.stream.getvalue().splitlines()
     assert len([line for line in lines if line.startswith("[")]) == 3
     assert "error (reset): reset failed" in lines[-1]
+
+
+def test_new_plugin_refuses_a_taken_name_and_hints_this_environments_pip(tmp_path):
+    from click.testing import CliRunner
+
+    from budgetbench_core.cli import cli
+
+    taken = CliRunner().invoke(cli, ["new-plugin", "strategy", "truncation", "--dir", str(tmp_path)])
+    assert taken.exit_code == 2 and "is taken" in taken.output and "budgetbench" in taken.output
+    assert not list(tmp_path.iterdir())
+    made = CliRunner().invoke(cli, ["new-plugin", "strategy", "fresh-name", "--dir", str(tmp_path)])
+    assert made.exit_code == 0, made.output
+    assert f"next: {sys.executable} -m pip install -e " in made.output
+
+
+def test_ctrl_c_exits_130_and_keeps_finished_cells(tmp_path):
+    import signal
+
+    out = tmp_path / "r"
+    with FaultServer(latency_s=0.5, count_prompt=lambda messages: 10) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("BUDGETBENCH_")}
+        process = subprocess.Popen(
+            [str(BUDGETBENCH), "run", "-t", "synthetic-memory", "-s", "truncation", "-b", "256 512 1k 2k", *SMALL,
+             *FAST, "-j", "1", "-m", "openai/fault-model", "--api-base", server.url, "--no-report", "-o", str(out)],
+            stderr=subprocess.PIPE, text=True, env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("[ 1/12"):
+                process.send_signal(signal.SIGINT)
+                break
+        rest = process.stderr.read()
+        code = process.wait(timeout=120)
+    assert code == 130, "".join(seen) + rest
+    assert "interrupted" in rest and "Traceback" not in rest
+    assert 1 <= len(final_rows(out)) < 12
