@@ -284,6 +284,10 @@ def fitting_budgets(context: ModelContext, max_output: int) -> list[int]:
     return fit or [max(256, min(context.tokens, context.total_limit or context.tokens) - max_output)]
 
 
+# the example of a larger model names its tokenizer too, or following the hint fails next
+LARGER_MODEL = " (e.g. --model ollama_chat/qwen2.5:1.5b --tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct)"
+
+
 def _check_budgets(budgets: list[int], context: ModelContext, max_output: int, problems: list[str]) -> None:
     if context.tokens is None:
         return
@@ -296,7 +300,7 @@ def _check_budgets(budgets: list[int], context: ModelContext, max_output: int, p
                  else f"{context.tokens} tokens")
         problems.append(f"budget{'s' if len(too_big) > 1 else ''} {' '.join(map(str, sorted(too_big)))} "
                         f"do{'' if len(too_big) > 1 else 'es'} not fit the model's context ({limit}, from "
-                        f"{context.source}): use -b \"{fit}\" or a model with a larger context")
+                        f"{context.source}): use -b \"{fit}\" or a model with a larger context{LARGER_MODEL}")
 
 
 def preflight(config: Any, registry: Registry, *, budgets_given: bool, full: bool = True,
