@@ -74,7 +74,8 @@ class LocalBackend(LiteLLMBackend):
             raise ValueError(
                 f"the local model {self.model_path.name} has a {MODEL_CONTEXT}-token context; "
                 f"a budget plus output of {max_context} tokens does not fit. Use --budgets of at most "
-                f"{MODEL_CONTEXT}, or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b --tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct)."
+                f"{MODEL_CONTEXT}, or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b "
+                f"--tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct)."
             )
         super().__init__("openai/local-model", api_base=None, timeout_s=timeout_s, max_context=max_context, **options)
         self.label = model
