@@ -11,21 +11,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich import box
 from rich.table import Table
 
 from .config_file import config_option, copy_into_run
-from .plugin_commands import check_plugin, data, new_plugin
+from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .params import check_run, did_you_mean, parameters_of
+from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, UnknownNameError, get_registry
 from .preflight import preflight
 from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
-from .failfast import DEFAULT_MAX_CONSECUTIVE
-from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
 from .runlog import RunLogError, final_rows, read_manifest
+from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
 from .tasks import TaskDataError
 
 console = Console(stderr=True)
@@ -451,7 +451,8 @@ def explicit_defaults(group: click.Group) -> None:
         if isinstance(command, click.Group):
             explicit_defaults(command)
         for param in command.params:
-            if isinstance(param, click.Option) and unset is not None and param.default is unset and not param.required:
+            if (isinstance(param, click.Option) and unset is not None and param.default is unset
+                    and not param.required):
                 param.default = False if param.is_bool_flag else (() if param.multiple else None)
 
 
