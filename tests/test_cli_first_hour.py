@@ -329,10 +329,11 @@ def test_cli_reference_shows_real_defaults():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # six cells of 4,000-token histories on the embedded model; slow on a loaded machine
 def test_run_with_no_other_option_finishes(tmp_path):
     """``budgetbench run -t synthetic-memory -s truncation -n 2``: tiers that fit the embedded model."""
     result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-n", "2", "--no-report",
-                         cwd=tmp_path, timeout=1800)
+                         cwd=tmp_path, timeout=3500)
     assert result.returncode == 0, result.stderr
     assert "note: budgets: 2048 4096 8192" in " ".join(result.stderr.split())
     rows = final_rows(tmp_path / "runs" / "synthetic-memory")
