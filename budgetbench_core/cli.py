@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .config_file import config_option, copy_into_run
+from .merge import merge_command
 from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .params import check_run, did_you_mean, parameters_of
 from .plugin_commands import check_plugin, data, new_plugin
@@ -126,6 +127,7 @@ class BudgetBenchGroup(click.Group):
         if not self._plugin_commands_added:
             self._plugin_commands_added = True
             get_registry().add_commands(self)
+            add_executor_options(self.commands["run"])
             explicit_defaults(self)
 
     def list_commands(self, ctx):
@@ -134,7 +136,7 @@ class BudgetBenchGroup(click.Group):
 
     def get_command(self, ctx, cmd_name):
         command = super().get_command(ctx, cmd_name)
-        if command is None:
+        if command is None or cmd_name == "run":  # run: the executors' options (--ray-address)
             self._add_plugin_commands()
             command = super().get_command(ctx, cmd_name)
         return command
@@ -219,6 +221,14 @@ def run_options(function):
                 help="Seconds one strategy call may take."),
         _option("--max-ingest-loss", type=float, default=0.0, show_default=True,
                 help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
+        _option("--executor", default="thread", show_default=True,
+                help="How units are scheduled: thread (worker threads here) or one a plugin registers "
+                     "(ray: --executor ray [--ray-address auto|host:port]). Rows are the same either way."),
+        _option("--executor-option", "executor_options", multiple=True, default=(),
+                help="KEY=VALUE passed to the executor; repeatable (also --<executor>-<key>, e.g. --ray-address)."),
+        _option("--shard", default=None, metavar="I/N",
+                help="Run only shard I of N of the units (1 <= I <= N, the same partition on every machine); "
+                     "combine the shard directories with `budgetbench merge`."),
         _option("--server-prompt-cache", is_flag=True, default=False,
                 help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
                      "reply can then depend on what ran before, so a rerun may differ. Default: no reuse."),
@@ -290,7 +300,8 @@ def run_command(task, strategies, budgets, out, no_report, task_options, strateg
     """
     config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets) if budgets else [],
                        out=out or Path("runs") / task, task_options=_parse_pairs(task_options, "--task-option"),
-                       strategy_params=_strategy_params(strategy_params), **settings)
+                       strategy_params=_strategy_params(strategy_params),
+                       **{**settings, "executor_options": _executor_options(settings["executor_options"])})
     config = _prepare(config, budgets_given=bool(budgets), no_preflight=no_preflight, quiet=display == "none")
     if config_path:
         copy_into_run(config_path, Path(config.out))
@@ -336,6 +347,7 @@ cli.add_command(report_command)
 cli.add_command(gate_command)
 cli.add_command(plan_command)
 cli.add_command(compare_command)
+cli.add_command(merge_command)
 cli.add_command(new_plugin)
 cli.add_command(check_plugin)
 cli.add_command(data)
@@ -439,6 +451,38 @@ def describe(name, as_json):
             default = "(required)" if param["required"] else json.dumps(param["default"])
             table.add_row(param["name"], default, param["help"])
         out.print(table)
+
+
+def _executor_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """``--executor-option`` pairs, then the ``--<executor>-<key>`` spellings given."""
+    given = click.get_current_context().meta.get("executor_options", {})
+    return {**_parse_pairs(pairs, "--executor-option"), **given}
+
+
+def add_executor_options(command: click.Command) -> None:
+    """``--<executor>-<key>`` on ``run`` for every option a registered executor declares
+    (``--ray-address``); each value goes to ``RunConfig.executor_options`` under ``key``."""
+    from .plugins import PluginError
+
+    registry = get_registry()
+    try:
+        executors = [registry.get("executor", name).obj for name in registry.names("executor")]
+    except PluginError:
+        return  # a broken executor plugin is reported by list-plugins; the others still run
+    taken = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    for executor in executors:
+        for key, text in sorted(executor.options.items()):
+            flag = f"--{executor.name}-{key.replace('_', '-')}"
+            if flag in taken:
+                continue
+
+            def store(ctx, param, value, key=key):
+                if value is not None:
+                    ctx.meta.setdefault("executor_options", {})[key] = value
+
+            command.params.append(click.Option([flag], default=None, expose_value=False, callback=store,
+                                               help=f"({executor.name} executor) {text}"))
+            taken.add(flag)
 
 
 def explicit_defaults(group: click.Group) -> None:

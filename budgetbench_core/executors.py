@@ -5,7 +5,7 @@ cells still to do. The runner forms units as the task's items arrive and hands t
 executor through a :class:`Job`. Whatever the executor, the process that called ``run`` (the
 driver) is the only writer of the event log, the response cache and the manifest:
 
-- an in-process executor (the built-in ``thread``) calls ``job.run_here(unit)``, which writes
+- an in-process executor (the built-in ``thread``, ``builtin/executors.py``) calls ``job.run_here(unit)``, which writes
   each row as it happens;
 - an executor that runs units elsewhere (``ray``) ships ``job.worker_spec()`` to its workers
   once, has each worker run ``spec.build().run(unit, slots)``, and hands the returned
@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -27,22 +26,26 @@ from .backends import Completion
 from .messages import Item
 
 
-@dataclass(frozen=True)
+@dataclass
 class Unit:
-    """One strategy on one item; ``cells`` are the (budget, repeat) pairs still to run, in order."""
+    """One (strategy, item) and the (budget, repeat) cells of it still to run, in order;
+    ``skipped`` cells of it were found finished on disk."""
 
     strategy: str
     item: Item
-    cells: tuple[tuple[int, int], ...]
+    todo: list[tuple[int, int]]
+    skipped: int = 0
 
 
 @dataclass
 class UnitOutcome:
     """What a remote worker hands back for one unit: its events in order (each stamped with the
-    time it happened) and the model replies it received, keyed as in the response cache."""
+    time it happened), the model replies it received (keyed as in the response cache) and the
+    files it wrote under the run directory, by path relative to it."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)  # (row, file or None: its cell's)
     replies: list[tuple[str, Completion]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # run-directory files the unit wrote (retrievals/...)
     calls_made: int = 0
 
 
@@ -116,33 +119,3 @@ class Executor(ABC):
     @abstractmethod
     def execute(self, job: Job) -> None:
         """Run every unit of ``job.units``; return when all are recorded. An exception stops the run."""
-
-
-class ThreadExecutor(Executor):
-    """``max_concurrency`` threads in this process, each taking the next unit when it is free."""
-
-    name = "thread"
-    description = "Worker threads in the driver process (the default)"
-
-    def execute(self, job: Job) -> None:
-        lock = threading.Lock()
-
-        def next_unit() -> Unit | None:
-            with lock:  # a task's load generator is not thread-safe
-                return None if job.stop.is_set() else next(job.units, None)
-
-        def work() -> None:
-            while (unit := next_unit()) is not None:
-                job.run_here(unit)
-
-        pool = ThreadPoolExecutor(max_workers=max(1, job.max_concurrency))
-        try:
-            futures = [pool.submit(work) for _ in range(max(1, job.max_concurrency))]
-            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                future.result()
-        except BaseException:
-            job.stop.set()  # Ctrl+C or a harness bug: the other threads finish their cell and stop
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)

@@ -52,6 +52,15 @@ def register_datasets(register: Any) -> None:
 
 
 @hookspec
+def register_executors(register: Any) -> None:
+    """Register Executor subclasses, which schedule a run's units: ``register(ExecutorClass)``.
+
+    ``--executor NAME`` selects one (the built-in ``thread`` by default); whatever the
+    executor, the driver process alone writes the run directory.
+    """
+
+
+@hookspec
 def register_commands(cli: Any) -> None:
     """Add click commands to the ``budgetbench`` group: ``@cli.group("myplugin")``."""
 

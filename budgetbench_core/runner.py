@@ -15,6 +15,7 @@ validation, containment, deadlines), ``identity`` (run_key), ``events`` (the row
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import platform
 import random
@@ -23,7 +24,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
 from .cell import AuxChannel, CellKey, CellLog
+from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, Error, PromptAudit, Result, Violation, Warning
 from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
@@ -42,6 +43,7 @@ from .messages import Item, Message
 from .model_calls import CallFailed, ModelCaller
 from .plugins import PluginError, Registry, get_registry
 from .runlog import EventLog, iter_events, now, read_manifest, repair_torn_tails, write_json_atomic
+from .scheduling import RunJob, window_shuffle, window_size
 from .sandbox import (
     Deadline,
     PluginFailure,
@@ -56,6 +58,7 @@ from .sandbox import (
     private_copy,
     validate_prompt,
 )
+from .shards import Shard, ShardError
 from .strategies import MemoryStrategy, StrategyContext
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
@@ -93,6 +96,10 @@ class RunConfig:
     timeout_s: float = 120.0
     item_timeout_s: float = 600.0
     max_ingest_loss: float = 0.0
+    # How units are scheduled, never what they compute: not part of the run identity.
+    executor: str = "thread"
+    executor_options: dict[str, Any] = field(default_factory=dict)
+    shard: str | None = None  # "i/N": only the units of shard i of N (see shards.py)
     server_prompt_cache: bool = False  # let a llama.cpp server reuse cached prompts: faster, replies may differ
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE  # the same transport error this often: stop
 
@@ -114,16 +121,6 @@ class RunSummary:
     wall_s: float
     stopped: str | None = None  # why the run stopped early (failfast), None if it did not
     stopped_fatal: bool = False  # stopped by a refused key, unknown provider or model
-
-
-@dataclass
-class Unit:
-    """One (strategy, item) and the (budget, repeat) cells of it still to run, in order."""
-
-    strategy: str
-    item: Item
-    todo: list[tuple[int, int]]
-    skipped: int
 
 
 def _git_commit() -> str | None:
@@ -276,28 +273,66 @@ class Run:
                 raise failure.original from None  # a clear message about the spec, file or plugin
             raise PluginError(failure.cause) from None
 
-    def _load_items(self) -> list[Item]:
-        """All items up front; a loader bug becomes an error naming the task and its distribution."""
-        ref = self.ref("task", self.config.task)
+    def admit_item(self, item: Any) -> Item:
+        """The task's item made canonical (plain messages, str id); bad data names the item."""
+        item = canonical_item(self.config.task, item)
+        return item
 
-        def load() -> list[Item]:
-            return [canonical_item(self.config.task, item) for item in self.task.load(self.config.limit,
-                                                                                       self.config.seed)]
-        try:
-            items = contained("load", ref, load, Deadline(LOAD_TIMEOUT_S))
-        except PluginFailure as failure:
-            if isinstance(failure.original, TaskDataError):
-                raise failure.original from None  # already names the file, record and field
-            raise PluginError(f"task {self.config.task!r} ({ref.distribution}) failed to load its items: "
-                              f"{describe_exception(failure.original) if failure.original else failure.cause}") from None
-        if not items:
+    def stream_items(self, wanted: Callable[[str], bool]) -> Iterator[Item]:
+        """The task's items, read lazily: each ``next`` of its loader is contained (any failure
+        names the task and its distribution; a ``TaskDataError`` passes through unchanged).
+        Only items ``wanted`` accepts are yielded; an item id seen twice stops the run."""
+        ref = self.ref("task", self.config.task)
+        seen: set[str] = set()
+        yielded: set[str] = set()
+        end = object()
+
+        def check(item_id: Any) -> bool:
+            item_id = str(item_id)
+            if item_id in seen:
+                raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids: [{item_id!r}]")
+            seen.add(item_id)
+            self.selected_ids.append(item_id)
+            return wanted(item_id)
+
+        def step(function: Callable[[], Any]) -> Any:
+            try:
+                return contained("load", ref, function, Deadline(LOAD_TIMEOUT_S))
+            except PluginFailure as failure:
+                if isinstance(failure.original, (TaskDataError, RunConfigError)):
+                    raise failure.original from None  # already names the file, record and field
+                raise PluginError(f"task {self.config.task!r} ({ref.distribution}) failed to load its items: "
+                                  f"{describe_exception(failure.original) if failure.original else failure.cause}") from None
+
+        source = step(lambda: iter(self.task.load_wanted(self.config.limit, self.config.seed, check)))
+        while (item := step(lambda: next(source, end))) is not end:
+            item = self.admit_item(item)
+            if item.id in yielded:
+                raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids: [{item.id!r}]")
+            if item.id not in seen and not check(item.id):  # a loader that did not ask is asked here
+                continue
+            if wanted(item.id):
+                yielded.add(item.id)
+                yield item
+        if not seen:
             raise TaskDataError(f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
                                 f"limit {self.config.limit}): nothing to run")
-        ids = [item.id for item in items]
-        if len(set(ids)) != len(ids):
-            duplicated = sorted(i for i, n in Counter(ids).items() if n > 1)[:5]
-            raise RunConfigError(f"task {self.config.task!r} produced duplicate item ids: {duplicated}")
-        return items
+
+    def _shard(self, previous: dict[str, Any] | None) -> Shard | None:
+        """This invocation's shard; a directory written as one shard is never resumed as another."""
+        try:
+            shard = Shard.parse(self.config.shard) if self.config.shard else None
+        except ShardError as exc:
+            raise RunConfigError(str(exc)) from None
+        before = ((previous or {}).get("config") or {}).get("shard")
+        merged = (previous or {}).get("shards")
+        if previous and not merged and before != (str(shard) if shard else None):
+            raise RunConfigError(f"{self.run_dir} holds {'shard ' + before if before else 'a run made without --shard'}"
+                                 f", not {'shard ' + str(shard) if shard else 'the whole run'}: give the same --shard, "
+                                 f"or another --out")
+        if merged and shard:
+            raise RunConfigError(f"{self.run_dir} is a merge of shards; resume it without --shard")
+        return shard
 
     def _data_files(self) -> dict[str, str]:
         ref = self.ref("task", self.config.task)
@@ -580,24 +615,43 @@ class Run:
 
     # ----------------------------------------------------------------- the units
 
-    def form_units(self, items: Sequence[Item], done: set[tuple]) -> list[Unit]:
-        """Every (strategy, item) with the cells still to run, in a seeded shuffled order."""
-        units = []
-        for strategy in self.config.strategies:
+    def form_units(self, items: Iterator[Item], done: set[tuple], shard: Shard | None) -> Iterator[Unit]:
+        """Each arriving item's units (the strategies this shard owns, with the cells still to
+        run), in a seeded shuffle within a bounded window; cells found done are counted here."""
+        cells = [(b, r) for b in self.config.budgets for r in range(self.config.repeats)]
+
+        def units() -> Iterator[Unit]:
             for item in items:
-                pairs = [(b, r) for b in self.config.budgets for r in range(self.config.repeats)]
-                random.Random(f"{self.config.seed}:{strategy}:{item.id}").shuffle(pairs)
-                todo = [(b, r) for b, r in pairs if (self.config.task, strategy, b, r, item.id) not in done]
-                units.append(Unit(strategy, item, todo, len(pairs) - len(todo)))
-        random.Random(self.config.seed).shuffle(units)
-        return units
+                for strategy in self.config.strategies:
+                    if shard and not shard.owns(self.config.task, strategy, item.id):
+                        continue
+                    pairs = list(cells)
+                    random.Random(f"{self.config.seed}:{strategy}:{item.id}").shuffle(pairs)
+                    todo = [(b, r) for b, r in pairs if (self.config.task, strategy, b, r, item.id) not in done]
+                    self.cells_total[strategy] = self.cells_total.get(strategy, 0) + len(pairs)
+                    yield Unit(strategy, item, todo, len(pairs) - len(todo))
+
+        for unit in window_shuffle(units(), window_size(self.config.max_concurrency), random.Random(self.config.seed)):
+            self._announce()
+            for _ in range(unit.skipped):
+                self.progress(unit.strategy, 1)
+            with self._stats_lock:
+                self.stats["cells_skipped"] += unit.skipped
+            if unit.todo:
+                yield unit
+        self._announce(final=True)
+
+    def _announce(self, final: bool = False) -> None:
+        """Tell ``on_start`` the cell totals known so far: once the first window is read, again
+        whenever more items have arrived (at most once a second), and when the task is exhausted."""
+        moment = time.monotonic()
+        total = sum(self.cells_total.values())
+        if self.on_start and total != self._announced[0] and (final or moment - self._announced[1] >= 1.0):
+            self._announced = (total, moment)
+            self.on_start(total, dict(self.cells_total))
 
     def run_unit(self, unit: Unit, progress: Callable[[str, int], None]) -> None:
         """Reset the strategy (contained, with a deadline), then run the unit's cells in order."""
-        for _ in range(unit.skipped):
-            progress(unit.strategy, 1)
-        with self._stats_lock:
-            self.stats["cells_skipped"] += unit.skipped
         if not unit.todo:
             return
         item, view = unit.item, private_copy(unit.item)
@@ -620,19 +674,12 @@ class Run:
             self.run_cell(unit.strategy, item, view, budget, repeat)
             progress(unit.strategy, 1)
 
-    def execute_units(self, units: Sequence[Unit], progress: Callable[[str, int], None]) -> None:
-        """Run ``units`` on ``max_concurrency`` threads; Ctrl+C stops taking cells, rows stay valid."""
-        pool = ThreadPoolExecutor(max_workers=max(1, self.config.max_concurrency))
+    def executor(self) -> Executor:
+        registered = self.registry.get("executor", self.config.executor)
         try:
-            futures = [pool.submit(self.run_unit, unit, progress) for unit in units]
-            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                future.result()
-        except BaseException:
-            self._stop.set()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            return registered.obj(**self.config.executor_options)
+        except ValueError as exc:
+            raise RunConfigError(str(exc)) from None
 
     # ----------------------------------------------------------------- the run
 
@@ -654,7 +701,34 @@ class Run:
         progress = progress or (lambda name, n: None)
         started_clock = time.perf_counter()
         previous = read_manifest(self.run_dir)
-        items = self._load_items()
+        shard = self._shard(previous)
+        executor = self.executor()
+        self.progress, self.on_start = progress, on_start
+        self.selected_ids: list[str] = []
+        self.cells_total: dict[str, int] = {}
+        self._announced = (-1, 0.0)
+        self._done: set[tuple] | None = None
+
+        skipped_items: set[str] = set()
+
+        def wanted(item_id: str) -> bool:
+            if self._done is None:
+                return True  # the first item, read before the run identity is known
+            owned = [s for s in self.config.strategies if not shard or shard.owns(self.config.task, s, item_id)]
+            cells = [(b, r) for b in self.config.budgets for r in range(self.config.repeats)]
+            if any((self.config.task, s, b, r, item_id) not in self._done for s in owned for b, r in cells):
+                return True
+            if item_id not in skipped_items:  # every cell of it is done: counted, never built
+                skipped_items.add(item_id)
+                for strategy in owned:
+                    self.cells_total[strategy] = self.cells_total.get(strategy, 0) + len(cells)
+                    progress(strategy, len(cells))
+                with self._stats_lock:
+                    self.stats["cells_skipped"] += len(cells) * len(owned)
+            return False
+
+        stream = self.stream_items(wanted)
+        first = next(stream)  # a task declares the data files it reads by its first item
         data_files = self._data_files()
         self.backend.start()
         if self.judge_backend:
@@ -666,14 +740,14 @@ class Run:
             identity = self.identity(tokenizer, data_files)
             self.run_key = run_key(identity)
             repair_torn_tails(self.run_dir)
-            done = self._finished_cells(previous, identity)
+            done = self._done = self._finished_cells(previous, identity)
             invoked = now()
             manifest = self._manifest(tokenizer, (previous or {}).get("started", invoked), identity)
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
             manifest["invocations"] = [*(previous or {}).get("invocations", []),
                                        {"started": invoked, "finished": None, "calls_made": None}]
             write_json_atomic(self.run_dir / "manifest.json", manifest)
-            cache = ResponseCache(self.run_dir / "cache.sqlite")
+            cache = self.cache = ResponseCache(self.run_dir / "cache.sqlite")
             backend_ref = self.ref("backend", self.backend_name)
             self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries,
                                       timeout_s=self.config.timeout_s, plugin=backend_ref, fail_fast=self.fail_fast)
@@ -682,25 +756,29 @@ class Run:
                                              plugin=self.ref("backend", self.judge_backend.name))
                                  if self.judge_backend else self.caller)
             self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
-            units = self.form_units(items, done)
-            per_strategy = {s: len(items) * len(self.config.budgets) * self.config.repeats for s in self.config.strategies}
-            if on_start:
-                on_start(sum(per_strategy.values()), per_strategy)
+            items = itertools.chain([first] if wanted(first.id) else [], stream)
+            job = RunJob(self, self.form_units(items, done, shard), progress)
             try:
-                self.execute_units(units, progress)
+                executor.execute(job)
+            except BaseException:
+                self._stop.set()  # Ctrl+C or a harness error: rows already written stay valid
+                raise
             finally:
                 cache.close()
                 self.log.close()
-                calls = self.caller.calls_made + (self.judge_caller.calls_made if self.judge_backend else 0)
+                calls = (self.caller.calls_made + (self.judge_caller.calls_made if self.judge_backend else 0)
+                         + job.remote_calls)
                 manifest["invocations"][-1] = {"started": invoked, "finished": None if self._stop.is_set() else now(),
                                                "calls_made": calls}
                 manifest["calls_made"] = sum(i["calls_made"] or 0 for i in manifest["invocations"])
+                manifest["selected_items"] = {self.config.task: {"ids": self.selected_ids,
+                                                                 "complete": not self._stop.is_set()}}
                 write_json_atomic(self.run_dir / "manifest.json", manifest)
         finally:
             self.backend.stop()
             if self.judge_backend:
                 self.judge_backend.stop()
-        return RunSummary(self.run_dir, sum(per_strategy.values()), self.stats["cells_skipped"], self.stats["results"],
+        return RunSummary(self.run_dir, sum(self.cells_total.values()), self.stats["cells_skipped"], self.stats["results"],
                           self.stats["violations"], self.stats["errors"], manifest["invocations"][-1]["calls_made"],
                           time.perf_counter() - started_clock,
                           stopped=self.fail_fast.cause, stopped_fatal=self.fail_fast.fatal)

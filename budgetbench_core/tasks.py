@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +34,19 @@ class Task(ABC):
     @abstractmethod
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
         """Yield items; with ``limit``, a seeded, category-balanced selection."""
+
+    def load_wanted(self, limit: int | None, seed: int, wanted: Callable[[str], bool]) -> Iterator[Item]:
+        """The items of ``load(limit, seed)``, in the same order, for which ``wanted(item_id)`` is
+        true; ``wanted`` is called for every item of the selection, in order.
+
+        The runner reads items through this, lazily, and asks ``wanted`` whether a unit of the
+        item is still to run (not finished on disk, owned by this shard). This default builds
+        every item and drops the unwanted ones; a task that knows an item's id before building
+        it overrides it, so that a resumed or sharded run never builds the items it skips.
+        """
+        for item in self.load(limit, seed):
+            if wanted(item.id):
+                yield item
 
     def extract_prediction(self, item: Item, completion: str) -> str:
         """The answer inside the model's reply. Default: the reply, stripped."""

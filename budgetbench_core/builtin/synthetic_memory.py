@@ -80,6 +80,14 @@ class SyntheticMemory(Task):
             category = CATEGORIES[index % len(CATEGORIES)]
             yield self._item(index, category, random.Random(f"synthetic-memory:{seed}:{index}"))
 
+    def load_wanted(self, limit, seed, wanted):
+        """Ids are known before items are built: a resumed or sharded run builds only what it runs."""
+        count = self.count if limit is None else min(limit, self.count)
+        for index in range(count):
+            category = CATEGORIES[index % len(CATEGORIES)]
+            if wanted(f"synth-{index:05d}-{category}"):
+                yield self._item(index, category, random.Random(f"synthetic-memory:{seed}:{index}"))
+
     # Each fact is (text said by the user, answer) ; distractors are about other people.
     def _facts(self, category: str, rng: random.Random):
         relation = rng.choice(RELATIONS)

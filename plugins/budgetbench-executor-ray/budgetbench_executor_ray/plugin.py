@@ -20,7 +20,7 @@ import itertools
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from budgetbench_core import Executor, Job, Unit, hookimpl
 
@@ -68,7 +68,7 @@ def _limiter_class():
                     soonest = min(held.values()) - time.monotonic()
                     try:
                         await asyncio.wait_for(self.changed.wait(), timeout=max(0.01, soonest))
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
 
         async def release(self, key: str, lease: int) -> None:
@@ -92,21 +92,21 @@ class _Slot:
     def __enter__(self) -> None:
         self.lease = _ray().get(self.limiter.acquire.remote(self.key))
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.limiter.release.remote(self.key, self.lease)
 
 
 _WORKERS: dict[str, Any] = {}
 
 
-def _run_unit(spec: Any, strategy: str, item: Any, cells: tuple, limiter: Any) -> Any:
+def _run_unit(spec: Any, strategy: str, item: Any, todo: list, limiter: Any) -> Any:
     """The Ray task: build (or reuse) this process's worker for the run, run one unit."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     worker = _WORKERS.get(spec.key)
     if worker is None:
         _WORKERS.clear()  # a long-lived worker process keeps only the current run's strategies
         worker = _WORKERS[spec.key] = spec.build()
-    return worker.run(Unit(strategy, item, cells), slots=lambda key: _Slot(limiter, key))
+    return worker.run(Unit(strategy, item, list(todo)), slots=lambda key: _Slot(limiter, key))
 
 
 class RayExecutor(Executor):
@@ -114,7 +114,7 @@ class RayExecutor(Executor):
 
     name = "ray"
     description = "Units as Ray tasks on a local or remote Ray cluster (budgetbench-executor-ray)"
-    options = {
+    options: ClassVar[dict[str, str]] = {
         "address": "Ray cluster to join: 'auto' (the running one, or RAY_ADDRESS) or host:port. "
                    "Default: start a local cluster for the run.",
         "cpus": "CPUs of the local cluster started for the run (default: all of this machine's).",
@@ -126,13 +126,14 @@ class RayExecutor(Executor):
         started_here = not ray.is_initialized()
         if started_here:
             address = self.settings.get("address")
-            common = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
-                          configure_logging=True)
+            common = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
+                          "configure_logging": True}
             if address:
                 ray.init(address=address, **common)
             else:
                 cpus = self.settings.get("cpus")
-                ray.init(num_cpus=int(cpus) if cpus else None, **common)
+                # a cluster of this machine only: every connection on loopback
+                ray.init(num_cpus=int(cpus) if cpus else None, _node_ip_address="127.0.0.1", **common)
         try:
             self._execute(ray, job)
         finally:
@@ -159,7 +160,7 @@ class RayExecutor(Executor):
                         break
                     ref, count = items.get(unit.item.id) or (ray.put(unit.item), 0)
                     items[unit.item.id] = (ref, count + 1)
-                    in_flight[run_unit.remote(spec, unit.strategy, ref, unit.cells, limiter)] = unit
+                    in_flight[run_unit.remote(spec, unit.strategy, ref, unit.todo, limiter)] = unit
                 if not in_flight:
                     return
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)

@@ -1,0 +1,259 @@
+"""``budgetbench merge RUN... -o OUT``: combine the shard directories of one run into one.
+
+Shards (``--shard i/N``) are separate run directories of the same experiment. Merging
+checks that they are the same experiment (same run identity), that together they are the
+shards of one partition with none twice, and that every row in a shard belongs to that
+shard; then it writes one run directory that ``report`` (and a resumed ``run``) reads as if
+the run had been done in one go. Nothing is merged in place: the result is assembled
+beside ``OUT`` and moved there at the end, so an interrupted merge leaves no half directory,
+and the inputs are never changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .runlog import TERMINAL_EVENTS, RunLogError, cell_files, now, read_manifest, write_json_atomic
+from .shards import Shard
+
+# Until every manifest carries a run_key: the config fields that make two runs one experiment.
+_IDENTITY_CONFIG = ("task", "task_options", "strategies", "strategy_params", "budgets", "repeats", "model",
+                    "api_base", "tokenizer", "grader", "judge_model", "limit", "seed", "temperature",
+                    "max_output_tokens", "max_ingest_loss")
+# Files of a run directory that merge writes itself rather than copies.
+_OWN = {"manifest.json", "cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", ".lock"}
+_SKIPPED_DIRS = {"cells", "report"}
+
+
+class MergeError(ValueError):
+    """Shard directories that cannot be merged; the message names the directory and the field."""
+
+
+@dataclass
+class MergeSummary:
+    out: Path
+    inputs: list[Path]
+    shard_count: int
+    shards: list[int]
+    missing_shards: list[int]
+    rows: int
+    terminal_rows: int
+    cache_entries: int
+
+
+def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal across shards: the run key when the manifest has one, else the config
+    fields that define the experiment and the versions of the plugins that produced the rows."""
+    if manifest.get("run_key"):
+        return {"run_key": manifest["run_key"]}
+    config = manifest.get("config", {})
+    identity = {name: config.get(name) for name in _IDENTITY_CONFIG}
+    identity["plugins_used"] = manifest.get("plugins_used")
+    identity["tokenizer_info"] = manifest.get("tokenizer")
+    return identity
+
+
+def _covered(run_dir: Path, manifest: dict[str, Any]) -> tuple[int, set[int]]:
+    """(N, shard indices) a run directory holds: one shard, the shards of an earlier merge, or
+    the whole partition (N = 1) for a run made without ``--shard``."""
+    merged = manifest.get("shards")
+    if merged:
+        return int(merged["count"]), {int(i) for i in merged["merged"]}
+    spec = manifest.get("config", {}).get("shard")
+    if spec is None:
+        return 1, {1}
+    shard = Shard.parse(spec)
+    return shard.count, {shard.index}
+
+
+@contextlib.contextmanager
+def _not_running(run_dirs: Sequence[Path]) -> Iterator[None]:
+    """Hold every input's run lock, so no shard still being written is merged half done."""
+    with contextlib.ExitStack() as stack:
+        for run_dir in run_dirs:
+            handle = stack.enter_context(open(run_dir / ".lock", "a"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise MergeError(f"{run_dir} is in use by a running budgetbench run; merge it when it has "
+                                 f"finished") from None
+        yield
+
+
+def _complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line with its newline); a torn last line (a write cut by a kill) is left out."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.endswith(b"\n"):
+                yield number, line
+
+
+def _merge_cache(sources: Sequence[Path], target: Path) -> int:
+    """Copy every table of every source SQLite file into ``target`` (first copy of a key wins:
+    the same key is the same request, and a run keeps the first reply it got)."""
+    db = sqlite3.connect(str(target), isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        for number, source in enumerate(sources):
+            alias = f"s{number}"
+            db.execute(f"ATTACH DATABASE ? AS {alias}", (str(source),))
+            tables = db.execute(f"SELECT name, sql FROM {alias}.sqlite_master WHERE type = 'table'").fetchall()
+            db.execute("BEGIN")
+            for name, sql in tables:
+                db.execute(sql.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+                db.execute(f'INSERT OR IGNORE INTO main."{name}" SELECT * FROM {alias}."{name}"')
+            db.execute("COMMIT")
+            db.execute(f"DETACH DATABASE {alias}")
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return sum(db.execute(f'SELECT COUNT(*) FROM "{name}"').fetchone()[0] for name in tables)
+    finally:
+        db.close()
+
+
+def _copy_extra(source_root: Path, target_root: Path) -> None:
+    """Copy files merge does not build itself (retrievals, config copies); one path holding two
+    different contents in two shards is an error, never a silent choice."""
+    for path in sorted(source_root.rglob("*")):
+        relative = path.relative_to(source_root)
+        if not path.is_file() or relative.parts[0] in _SKIPPED_DIRS or str(relative) in _OWN:
+            continue
+        if path.name.endswith(".tmp"):  # an atomic write cut short
+            continue
+        target = target_root / relative
+        if target.exists():
+            if target.read_bytes() != path.read_bytes():
+                raise MergeError(f"{relative} differs between the shards ({source_root} and an earlier input): "
+                                 f"the shards did not compute the same thing")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+
+def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -> MergeSummary:
+    """Merge the shard directories ``inputs`` into the new run directory ``out``."""
+    inputs = [Path(p) for p in inputs]
+    out = Path(out)
+    if not inputs:
+        raise MergeError("give at least one shard directory to merge")
+    if len({p.resolve() for p in inputs}) != len(inputs):
+        raise MergeError("the same directory is given twice")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MergeError(f"{out} already exists and is not empty: merge into a new directory")
+    if any(out.resolve() == p.resolve() for p in inputs):
+        raise MergeError(f"{out} is one of the inputs: merge into a new directory")
+    manifests = []
+    for run_dir in inputs:
+        manifest = read_manifest(run_dir) if run_dir.is_dir() else None
+        if manifest is None:
+            raise MergeError(f"{run_dir} is not a run directory (no manifest.json)")
+        manifests.append(manifest)
+
+    reference = _identity(manifests[0])
+    for run_dir, manifest in zip(inputs[1:], manifests[1:]):
+        identity = _identity(manifest)
+        changed = sorted(k for k in reference.keys() | identity.keys() if reference.get(k) != identity.get(k))
+        if changed:
+            details = "; ".join(f"{k}: {reference.get(k)!r} in {inputs[0]} but {identity.get(k)!r}" for k in changed)
+            raise MergeError(f"{run_dir} is a different run from {inputs[0]} ({details}); only shards of one "
+                             f"run can be merged")
+
+    coverage = [_covered(run_dir, manifest) for run_dir, manifest in zip(inputs, manifests)]
+    counts = {count for count, _ in coverage}
+    if len(counts) != 1:
+        detail = ", ".join(f"{d}: shards of {count}" for d, (count, _) in zip(inputs, coverage))
+        raise MergeError(f"the inputs are shards of different partitions ({detail})")
+    shard_count = counts.pop()
+    seen: dict[int, Path] = {}
+    for run_dir, (_, indices) in zip(inputs, coverage):
+        for index in sorted(indices):
+            if index in seen:
+                what = "the whole run (it was made without --shard)" if shard_count == 1 else f"shard {index}/{shard_count}"
+                raise MergeError(f"{run_dir} and {seen[index]} both hold {what}: each shard may be merged once")
+            seen[index] = run_dir
+    missing = sorted(set(range(1, shard_count + 1)) - seen.keys())
+    if missing and not allow_partial:
+        raise MergeError(f"shards {', '.join(f'{i}/{shard_count}' for i in missing)} are missing; merge them too, "
+                         f"or pass --allow-partial to merge an incomplete run (a later run of the same command "
+                         f"without --shard on the merged directory fills in the missing units)")
+
+    task = manifests[0]["config"]["task"]
+    run_key = reference.get("run_key")
+    tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    rows = terminal = 0
+    with _not_running(inputs):
+        try:
+            tmp.mkdir(parents=True)
+            for run_dir, (_, indices) in zip(inputs, coverage):
+                shards = [Shard(i, shard_count) for i in sorted(indices)]
+                for path in cell_files(run_dir):
+                    relative = path.relative_to(run_dir)
+                    target = tmp / relative
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with open(target, "ab") as sink:
+                        for number, line in _complete_lines(path):
+                            if not line.strip():
+                                continue
+                            try:
+                                event = json.loads(line)
+                            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                                raise RunLogError(f"{path}: line {number} is not valid JSON ({exc})") from None
+                            if run_key and event.get("run_key") not in (None, run_key):
+                                raise MergeError(f"{path}: line {number} carries run_key {event.get('run_key')!r}, "
+                                                 f"not the run's {run_key!r}")
+                            if not any(s.owns(event.get("task", task), event["strategy"], event["item_id"])
+                                       for s in shards):
+                                raise MergeError(f"{path}: line {number} (strategy {event['strategy']!r}, item "
+                                                 f"{event['item_id']!r}) does not belong to the shards this "
+                                                 f"directory holds ({', '.join(map(str, shards))})")
+                            sink.write(line)
+                            rows += 1
+                            terminal += event.get("event") in TERMINAL_EVENTS
+                _copy_extra(run_dir, tmp)
+            caches = [d / "cache.sqlite" for d in inputs if (d / "cache.sqlite").exists()]
+            cache_entries = _merge_cache(caches, tmp / "cache.sqlite") if caches else 0
+            manifest = json.loads(json.dumps(manifests[0]))
+            manifest["config"]["shard"] = None
+            manifest["config"]["out"] = str(out)
+            manifest["shards"] = {"count": shard_count, "merged": sorted(seen), "missing": missing}
+            manifest["merged"] = {"at": now(), "from": [
+                {"path": str(d), "shards": sorted(c[1]), "host": m.get("host"), "git_commit": m.get("git_commit"),
+                 "started": m.get("started"), "calls_made": m.get("calls_made")}
+                for d, c, m in zip(inputs, coverage, manifests)]}
+            manifest["started"] = min(m.get("started") or "" for m in manifests) or None
+            manifest["invocations"] = [i for m in manifests for i in m.get("invocations", [])]
+            manifest["calls_made"] = sum(m.get("calls_made") or 0 for m in manifests)
+            write_json_atomic(tmp / "manifest.json", manifest)
+            if out.exists():
+                out.rmdir()  # checked empty above
+            tmp.replace(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return MergeSummary(out, inputs, shard_count, sorted(seen), missing, rows, terminal, cache_entries)
+
+
+@click.command("merge")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="New run directory to create.")
+@click.option("--allow-partial", is_flag=True, help="Merge even if some shards of the partition are missing.")
+def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool) -> None:
+    """Combine the shard directories of one run (--shard i/N) into one run directory."""
+    summary = merge_runs(runs, out, allow_partial=allow_partial)
+    missing = f", missing {', '.join(f'{i}/{summary.shard_count}' for i in summary.missing_shards)}" \
+        if summary.missing_shards else ""
+    click.echo(f"{summary.out}: merged {len(summary.inputs)} directories (shards "
+               f"{', '.join(f'{i}/{summary.shard_count}' for i in summary.shards)}{missing}), {summary.rows} rows, "
+               f"{summary.terminal_rows} terminal, {summary.cache_entries} cached replies")
