@@ -238,6 +238,8 @@ def run_options(function):
         _option("--out", "-o", type=click.Path(path_type=Path), default=None,
                 help="Run directory; an existing one is resumed. Default: runs/<task>."),
         _option("--no-report", is_flag=True, default=False, help="Do not write the report at the end."),
+        _option("--prompts-only", is_flag=True, default=False,
+                help="Build, gate, audit and score evidence recall for every cell without calling the model."),
         *display_options(),
     ]
     for option in reversed(options):
@@ -308,16 +310,16 @@ def run_command(task, strategies, budgets, out, no_report, task_options, strateg
     sys.exit(execute(config, write_report=not no_report, display=display))
 
 
-DEMO_STRATEGIES = ("truncation", "recency", "checkpoint")
-DEMO_BUDGETS = (512, 1024, 2048)
-
-
 def _demo_options(function):
+    from . import demo as demo_plan
+
     options = [
         click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True,
-                     help="Run directory; an existing one is resumed."),
-        click.option("--limit", "-n", type=click.IntRange(min=1), default=8, show_default=True,
-                     help="Synthetic items."),
+                     help="Directory for the demo's two runs (prompts/ and answered/); existing ones are resumed."),
+        click.option("--limit", "-n", type=click.IntRange(min=1), default=demo_plan.PROMPT_ITEMS, show_default=True,
+                     help="Items of the prompts-only run (no model call)."),
+        click.option("--answered", type=click.IntRange(min=0), default=demo_plan.ANSWERED_ITEMS, show_default=True,
+                     help="Items of the run answered by the embedded model (0: none)."),
         click.option("--max-concurrency", "-j", type=click.IntRange(min=1), default=2, show_default=True,
                      help="Cells in flight at once."),
         *display_options(),
@@ -329,18 +331,25 @@ def _demo_options(function):
 
 @cli.command()
 @_demo_options
-def demo(out, limit, max_concurrency, display, no_preflight):
-    """The embedded default: synthetic-memory on the local model, 3 strategies, tiers 512 1024 2048.
+def demo(out, limit, answered, max_concurrency, display, no_preflight):
+    """Budgets and memory strategies in a few minutes: truncation, checkpoint, rag and full_context on
+    synthetic-memory at 512/1024/2048 tokens, prompts only (evidence recall, violations), then a small
+    run answered by the embedded model at 512 (quality, served-count audit).
 
-    Exit status as for ``run``.
+    Exit status as for ``run`` (the worse of the two runs).
     """
-    config = RunConfig(task="synthetic-memory", strategies=list(DEMO_STRATEGIES), budgets=list(DEMO_BUDGETS),
-                       out=out, limit=limit, max_concurrency=max_concurrency,
-                       task_options={"items": limit, "history_tokens": 3000})
-    config = _prepare(config, budgets_given=True, no_preflight=no_preflight, quiet=display == "none")
-    code = execute(config, display=display)
-    console.print(f"results: {out / 'cells'} (one JSONL per task/strategy/budget/repeat), manifest: {out / 'manifest.json'}")
-    sys.exit(code)
+    from .demo import available_strategies, demo_configs, summary_lines
+
+    strategies, missing = available_strategies(get_registry())
+    if missing:
+        console.print(f"note: {', '.join(missing)} not installed; the demo runs {', '.join(strategies)}", highlight=False)
+    codes = []
+    for config in demo_configs(out, limit, answered, max_concurrency, strategies):
+        config = _prepare(config, budgets_given=True, no_preflight=no_preflight, quiet=display == "none")
+        codes.append(execute(config, display=display))
+    for line in summary_lines(out):
+        console.print(line, highlight=False)
+    sys.exit(max(codes))
 
 
 cli.add_command(report_command)

@@ -160,8 +160,7 @@ class FaultServer:
         handler.end_headers()
         handler.wfile.write(data)
 
-    def _completion(self, messages: list[dict[str, Any]], content: str | None, prompt_tokens: int | None,
-                    usage: bool = True) -> dict:
+    def _completion(self, content: str | None, prompt_tokens: int | None, usage: bool = True) -> dict:
         reply: dict[str, Any] = {
             "id": "chatcmpl-fault", "object": "chat.completion", "created": int(time.time()), "model": "fault-model",
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
@@ -197,7 +196,7 @@ class FaultServer:
                 self._send_json(handler, 400, {"error": {"message": error_detail, "type": "invalid_request_error"}})
             elif fault == "trickle":
                 record.status = 200
-                data = json.dumps(self._completion(messages, self.reply(messages), prompt_tokens)).encode()
+                data = json.dumps(self._completion(self.reply(messages), prompt_tokens)).encode()
                 handler.send_response(200)
                 handler.send_header("Content-Type", "application/json")
                 handler.send_header("Content-Length", str(len(data)))
@@ -224,7 +223,7 @@ class FaultServer:
                 handler.wfile.write(data)
             elif fault == "truncated":
                 record.status = 200
-                data = json.dumps(self._completion(messages, self.reply(messages), prompt_tokens)).encode()
+                data = json.dumps(self._completion(self.reply(messages), prompt_tokens)).encode()
                 handler.send_response(200)
                 handler.send_header("Content-Type", "application/json")
                 handler.send_header("Content-Length", str(len(data)))
@@ -240,7 +239,7 @@ class FaultServer:
                 if fault == "usage_mismatch" and prompt_tokens is not None:
                     served = prompt_tokens + USAGE_OFFSET
                 record.status = 200
-                self._send_json(handler, 200, self._completion(messages, content, served, usage=fault != "no_usage"))
+                self._send_json(handler, 200, self._completion(content, served, usage=fault != "no_usage"))
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True  # the client gave up (timeout): nothing to send
 

@@ -99,12 +99,10 @@ class ModelCaller:
         self._slots = threading.BoundedSemaphore(max(1, max_connections))
         self._count_lock = threading.Lock()
         self.calls_made = 0
-        self.rate_limited = 0
 
-    def _count(self, rate_limited: bool = False) -> None:
+    def _count(self) -> None:
         with self._count_lock:
             self.calls_made += 1
-            self.rate_limited += int(rate_limited)
 
     def _attempt(self, messages: list[Message], params: GenerationParams, outer: Deadline | None) -> Completion:
         """One attempt within min(timeout, the outer deadline); TransportError for a missed deadline."""
@@ -144,7 +142,7 @@ class ModelCaller:
                 if self.fail_fast:
                     self.fail_fast.succeeded()
             except TransportError as exc:
-                self._count(rate_limited="429" in str(exc))
+                self._count()
                 if self.fail_fast:
                     self.fail_fast.transport_failed(str(exc))
                 if attempts > self.retries or (self.fail_fast and self.fail_fast.stopped):

@@ -34,7 +34,18 @@ from .cache import ResponseCache
 from .cell import AuxChannel, CellKey, CellLog
 from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
-from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, Error, PromptAudit, Result, Violation, Warning
+from .events import (
+    FINAL_EVENTS,
+    SCHEMA_VERSION,
+    TERMINAL_EVENTS,
+    Admitted,
+    Error,
+    PromptAudit,
+    Result,
+    Violation,
+    Warning,
+)
+from .evidence import EvidenceMarkError, evidence_marks, evidence_outcome
 from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
 from .graders import Grader, GradingContext
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
@@ -101,6 +112,7 @@ class RunConfig:
     executor_options: dict[str, Any] = field(default_factory=dict)
     shard: str | None = None  # "i/N": only the units of shard i of N (see shards.py)
     server_prompt_cache: bool = False  # let a llama.cpp server reuse cached prompts: faster, replies may differ
+    prompts_only: bool = False  # strategies, gate, audit and evidence recall only: no model call
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE  # the same transport error this often: stop
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +131,7 @@ class RunSummary:
     errors: int
     model_calls: int
     wall_s: float
+    admitted: int = 0  # prompts-only run: prompts that fitted (not sent)
     stopped: str | None = None  # why the run stopped early (failfast), None if it did not
     stopped_fatal: bool = False  # stopped by a refused key, unknown provider or model
 
@@ -145,6 +158,11 @@ def _exclusive(run_dir: Path) -> Iterator[None]:
             raise RunConfigError(f"{run_dir} is in use by another budgetbench run; wait for it to finish "
                                  f"or choose another --out") from None
         yield
+
+
+def _no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
+    """``context.complete`` of a prompts-only run: the strategy's cell becomes an error row."""
+    raise RuntimeError(f"prompts-only run: auxiliary model call {purpose!r} refused (no model is called)")
 
 
 def canonical_item(task: str, item: Any) -> Item:
@@ -202,7 +220,8 @@ class Run:
         self.fail_fast = FailFast(config.max_consecutive_failures, on_stop=self._stop.set)
         self.on_cell: Callable[[dict[str, Any]], None] | None = None
         self._stats_lock = threading.Lock()
-        self.stats = {"results": 0, "violations": 0, "errors": 0, "cells_skipped": 0}
+        self.stats = {"results": 0, "violations": 0, "errors": 0, "admitteds": 0, "cells_skipped": 0}
+        self.evidence: dict[str, list] = {}  # item id -> its evidence marks
         self.run_key = ""
 
     # ----------------------------------------------------------------- plugins
@@ -276,6 +295,10 @@ class Run:
     def admit_item(self, item: Any) -> Item:
         """The task's item made canonical (plain messages, str id); bad data names the item."""
         item = canonical_item(self.config.task, item)
+        try:
+            self.evidence[item.id] = evidence_marks(item.history)
+        except EvidenceMarkError as exc:
+            raise TaskDataError(f"task {self.config.task!r}, item {item.id!r}: {exc}") from None
         return item
 
     def stream_items(self, wanted: Callable[[str], bool]) -> Iterator[Item]:
@@ -366,6 +389,7 @@ class Run:
             "seed": c.seed, "temperature": c.temperature, "max_output_tokens": self.max_output_tokens,
             "max_ingest_loss": c.max_ingest_loss, "server_prompt_cache": c.server_prompt_cache,
             "versions": self._plugin_versions(),
+            **({"prompts_only": True} if c.prompts_only else {}),  # absent otherwise: older keys stay valid
         }
 
     def _tokenizer_identity(self, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -437,7 +461,8 @@ class Run:
         if foreign:
             raise RunConfigError(mismatch_message(self.run_dir, self.run_key, identity, foreign, known))
         record_identity(self.run_dir, self.run_key, identity, known)
-        return {cell for cell, kind in done.items() if kind in FINAL_EVENTS}
+        keep = (*FINAL_EVENTS, "admitted") if self.config.prompts_only else FINAL_EVENTS
+        return {cell for cell, kind in done.items() if kind in keep}
 
     # ----------------------------------------------------------------- one cell
 
@@ -505,8 +530,10 @@ class Run:
                         distribution=self.tokenizer_ref.distribution, strategy_s=strategy_s,
                         cause=f"token counting failed: {failure.cause}")
             return None
+        cell.evidence = evidence_outcome(self.evidence.get(item.id, ()), gated.prompt)
         cell.emit(PromptAudit, call=call, prompt_hash=gated.prompt_hash, prompt_tokens=gated.tokens,
-                  messages=gated.messages(), metadata_dropped=dropped, strategy_audit=audit if isinstance(audit, dict) else {})
+                  messages=gated.messages(), metadata_dropped=dropped, strategy_audit=audit if isinstance(audit, dict) else {},
+                  evidence=cell.evidence)
         if not gated.admitted:
             cell.close()
             cell.finish(Violation, phase="prompt", prompt_tokens=gated.tokens, strategy_s=strategy_s, plugin=name)
@@ -597,6 +624,8 @@ class Run:
         cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
         deadline = Deadline(self.config.item_timeout_s)
         channel = AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)
+        if self.config.prompts_only:
+            channel = _no_model_calls
         context = StrategyContext(item=view, budget=budget, counter=self.counter, seed=self.config.seed + repeat,
                                   run_dir=self.run_dir, complete=channel)
         try:
@@ -604,6 +633,10 @@ class Run:
             if gated is None:
                 return
             cell.close()  # the strategy's part is over: its channel takes no more calls
+            if self.config.prompts_only:
+                cell.finish(Admitted, prompt_tokens=gated.tokens, prompt_hash=gated.prompt_hash,
+                            utilisation=gated.tokens / gated.budget, strategy_s=cell.strategy_s)
+                return
             outcome = self.send(cell, gated, repeat)
             if outcome is None:
                 return
@@ -780,7 +813,7 @@ class Run:
                 self.judge_backend.stop()
         return RunSummary(self.run_dir, sum(self.cells_total.values()), self.stats["cells_skipped"], self.stats["results"],
                           self.stats["violations"], self.stats["errors"], manifest["invocations"][-1]["calls_made"],
-                          time.perf_counter() - started_clock,
+                          time.perf_counter() - started_clock, self.stats["admitteds"],
                           stopped=self.fail_fast.cause, stopped_fatal=self.fail_fast.fatal)
 
 

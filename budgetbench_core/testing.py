@@ -557,7 +557,7 @@ if importlib.util.find_spec("pytest") is not None:  # the kit itself works witho
         return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, Any]:
+    def pytest_runtest_makereport() -> Generator[None, Any, Any]:
         """Under ``CI=true`` a test skipped for want of ``../shared/data`` (by ``shared_data``
         or a ``skipif`` whose reason names that folder) is a failure: CI must run it."""
         report = yield
