@@ -11,8 +11,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 SCHEMA_VERSION = "2"
-TERMINAL_EVENTS = ("result", "violation", "error")
-FINAL_EVENTS = ("result", "violation")
+TERMINAL_EVENTS = ("result", "violation", "error", "admitted")
+FINAL_EVENTS = ("result", "violation")  # a resumed full run keeps these; a prompts-only run also keeps `admitted`
 
 
 def doc(text: str, default: Any = MISSING, factory: Any = MISSING) -> Any:
@@ -46,6 +46,11 @@ class CellEvent:
         return out
 
 
+EVIDENCE_DOC = ("evidence recall of this prompt: `{marked, kept, dropped}` (counts and ids of the evidence pieces "
+                "the task marked with metadata `evidence`, see Evidence recall); null when the item has no marks or "
+                "no prompt was built")
+
+
 @dataclass(kw_only=True)
 class PromptAudit(CellEvent):
     """Written for every prompt a strategy produced, before the budget decision."""
@@ -60,6 +65,7 @@ class PromptAudit(CellEvent):
                                       factory=list)
     strategy_audit: dict[str, Any] = doc("what the strategy reported (retrieval scores, chosen units, summary "
                                          "calls, budget fill), JSON-safe copy", factory=dict)
+    evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)
 
 
 @dataclass(kw_only=True)
@@ -90,13 +96,14 @@ class Warning(CellEvent):
 
 @dataclass(kw_only=True)
 class Terminal(CellEvent):
-    """Fields of the three terminal kinds (result, violation, error)."""
+    """Fields of the terminal kinds (result, violation, error, and admitted in a prompts-only run)."""
 
     strategy_s: float | None = doc("time the strategy took to build the prompt", None)
     aux_calls: int = doc("auxiliary calls sent for this cell", 0)
     aux_prompt_tokens: int = doc("their prompt tokens (our count)", 0)
     aux_completion_tokens: int = doc("their completion tokens (as reported; unreported counts as absent)", 0)
     aux_latency_s: float = doc("their total latency", 0.0)
+    evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)
 
 
 @dataclass(kw_only=True)
@@ -140,6 +147,17 @@ class Violation(Terminal):
 
 
 @dataclass(kw_only=True)
+class Admitted(Terminal):
+    """Prompts-only run (`run --prompts-only`): the prompt was built, counted and fitted the budget; it was not
+    sent (no model is called), so there is no prediction and no quality."""
+
+    EVENT: ClassVar[str] = "admitted"
+    prompt_tokens: int = doc("our exact count of the rendered prompt")
+    prompt_hash: str = doc("sha256 of the canonical prompt that would have been sent")
+    utilisation: float = doc("`prompt_tokens / budget`")
+
+
+@dataclass(kw_only=True)
 class Error(Terminal):
     """Something failed; no prediction exists and none is invented."""
 
@@ -165,7 +183,7 @@ class RefusedCall(CellEvent):
     reason: str = doc("why it was refused")
 
 
-CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Error)
+CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Admitted, Error)
 ALL_EVENTS = (*CELL_EVENTS, RefusedCall)
 
 
@@ -194,7 +212,8 @@ sha256 of the exact name (`user/42` -> `user_42~…`), so two ids never share a 
 Field names are a public schema. They change only with a `schema_version` bump in the manifest.
 Version 2 added `run_key` on every row, `call` and `metadata_dropped` on `prompt_audit`, `sent`
 and `prompt_hash` on `aux_call`, the `warning` kind, violation phase `served`, error phases
-`reset`, `retrieve`, `extract`, `cell`, and `distribution` on errors.
+`reset`, `retrieve`, `extract`, `cell`, `distribution` on errors, `evidence` on `prompt_audit` and
+terminal rows, and the `admitted` kind of prompts-only runs.
 
 ## Manifest
 
@@ -216,13 +235,15 @@ it) becomes `<NAME redacted>`, and any `Authorization:`/`Bearer` value becomes `
 (`Task.data_files()`, plus any task option naming an existing file), strategies with their
 parameters, budgets, repeats, limit, model and api base, tokenizer identity, grader (name,
 version) and judge, seed, temperature, max output tokens, ingest-loss limit, and the
-distribution versions of the core and the plugins used. `identity.json` in the run directory
+distribution versions of the core and the plugins used, and `prompts_only` when set (so a
+full run never reuses a prompts-only row). `identity.json` in the run directory
 keeps the fields of every key that wrote rows there.
 
 ## Resume
 
 Re-running the same command on the same `--out` directory resumes: cells whose last terminal
-event is `result` or `violation` **with the current run_key** are kept and make no model call;
+event is `result` or `violation` (`admitted` too, in a prompts-only run) **with the current
+run_key** are kept and make no model call;
 cells that ended in `error` are tried again. Rows with another run_key (with or without a
 manifest) make the run stop before any call, naming the fields that differ (for a data file:
 the file and both hashes). A torn last line is ignored by readers and cut off before the next
@@ -253,7 +274,7 @@ def render_markdown() -> str:
         if issubclass(cls, Terminal):
             lines.append("| " + ", ".join(f"`{name}`" for name in (f.name for f in fields(Terminal))
                                           if name in terminal) + " | | see Terminal fields |")
-    lines += ["", "## Terminal fields (result, violation, error)", "", "| field | type | meaning |", "|---|---|---|"]
+    lines += ["", "## Terminal fields (result, violation, error, admitted)", "", "| field | type | meaning |", "|---|---|---|"]
     lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(Terminal)
               if f.name in terminal]
     return "\n".join(lines) + "\n"

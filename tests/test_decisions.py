@@ -25,7 +25,7 @@ from budgetbench_core.report.data import load_run
 from budgetbench_core.report.pairing import pair_cells
 from budgetbench_core.report.plan import binary_items_needed, graded_items_needed
 
-BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm"
+BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm,builtin-executors"
 BUDGET = "160"
 TASK = ["-t", "synthetic-memory", "-b", BUDGET, "-n", "4", "--task-option", "items=4", "--max-output-tokens", "4",
         "-j", "1"]

@@ -40,7 +40,7 @@ from budgetbench_core.runlog import final_rows
 
 pytestmark = pytest.mark.slow
 
-BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm"
+BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm,builtin-executors"
 LOSSY_ITEM = "synth-00001-knowledge-update"
 BUDGET = 160  # fits the system prompt, the query and a few messages; not the 600-token history
 PROBE_QUESTION = "<script>alert('owned')</script> What is my dog called?"

@@ -108,6 +108,11 @@ def _with_category_evidence(data: RunData, categories: list[dict[str, Any]]) -> 
     return categories
 
 
+PROMPTS_ONLY_POLICY = ("Errors (failed strategy or counting calls) are never scored: they are counted per cell with "
+                       "their causes and listed. Evidence recall counts a violation as nothing kept (no prompt "
+                       "reaches the model) and leaves out items the task marks no evidence for.")
+
+
 def is_prompts_only(data: RunData) -> bool:
     """A prompts-only run (``budgetbench run --prompts-only``): no model call, no quality."""
     return bool(data.manifest.get("config", {}).get("prompts_only")) or any(
@@ -153,7 +158,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     evidence = has_evidence(data.rows.values())
     if prompts_only:
         summary, categories = _prompts_only_tables(data)
-        pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+        pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0],
+                                    "evidence_all") if evidence else []  # no quality, no marks: nothing to rank
         evidence_pivot = []
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
         return {
@@ -161,7 +167,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
             "run_dir": str(data.run_dir), "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "manifest": data.manifest, "header": run_header(data.manifest), "prompts_only": True,
             "evidence": evidence, "pivot": pivot, "evidence_pivot": evidence_pivot,
-            "approximate": data.approximate, "error_policy": tables.ERROR_POLICY, "reference": reference,
+            "approximate": data.approximate, "error_policy": PROMPTS_ONLY_POLICY, "reference": reference,
             "summary": summary, "paired": [], "categories": categories, "errors": errors, "ingest_lost": [],
             "served_mismatches": [], "served_checked": 0, "served_unreported": 0,
             "findings": _prompts_only_findings(summary, pivot, errors),
