@@ -48,11 +48,21 @@ from .backends import Backend, GenerationParams
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
 from .gate import AuxiliaryBudgetError, gate
-from .sandbox import PromptError, canonical_prompt, fingerprint, validate_prompt
+from .sandbox import (
+    Deadline,
+    PluginFailure,
+    PluginRef,
+    PromptError,
+    canonical_prompt,
+    contained,
+    fingerprint,
+    validate_prompt,
+)
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tokenizers import PromptCounter, Tokenizer
 
 STANDARD_BUDGETS = (256, 512, 1024)
+KIT_TIMEOUT_S = 600.0  # per apply call: generous for auxiliary calls on a busy CPU
 STRATEGY_CHECKS = ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")
 MEMORY_SYSTEM_CHECKS = (*STRATEGY_CHECKS, "ingest-failures")
 
@@ -238,10 +248,11 @@ class ConformanceKit:
                     history = list(item.history)
                     context = StrategyContext(item=item, budget=budget, counter=self.counter,
                                               complete=self._complete(budget), seed=self.seed, run_dir=Path(run_dir))
-                    try:
-                        cell.prompt = strategy.apply(history, budget, context)
-                    except Exception as exc:
-                        cell.error = exc
+                    try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
+                        cell.prompt = contained("strategy", PluginRef("strategy", str(getattr(strategy, "name", "?"))),
+                                                lambda: strategy.apply(history, budget, context), Deadline(KIT_TIMEOUT_S))
+                    except PluginFailure as failure:
+                        cell.error = failure.original if failure.original is not None else failure
                     cell.mutated = _fingerprint(history) != _fingerprint(item.history) or before != _item_fingerprint(item)
         return cells
 

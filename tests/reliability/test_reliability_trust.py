@@ -666,6 +666,8 @@ def test_the_kit_uses_the_runners_gate_and_validation(tmp_path, registry):
     assert results["valid-output"].status == "pass" and results["budget"].status == "pass"
     results = {r.check: r for r in kit.run_checks(CycleMetadata)}
     assert results["valid-output"].status == "pass"
+    results = {r.check: r for r in kit.run_checks(RaisesSystemExit)}  # contained like the runner: not fatal
+    assert results["valid-output"].status == "fail" and "SystemExit" in results["valid-output"].detail
 
 
 def test_events_doc_is_generated_from_the_dataclasses_and_rows_follow_them(tmp_path, registry):
