@@ -30,10 +30,14 @@ class Dataset:
     description: str = ""
 
     def __post_init__(self) -> None:
-        problems = [f"{attr} must be a non-empty string" for attr in ("name", "repo", "folder")
-                    if not isinstance(getattr(self, attr), str) or not getattr(self, attr)]
-        if not self.files or not all(isinstance(k, str) and isinstance(v, str) and k and v
-                                     for k, v in self.files.items()):
+        problems = [
+            f"{attr} must be a non-empty string"
+            for attr in ("name", "repo", "folder")
+            if not isinstance(getattr(self, attr), str) or not getattr(self, attr)
+        ]
+        if not self.files or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in self.files.items()
+        ):
             problems.append("files must map hub file names to local file names")
         elif any(Path(v).name != v for v in self.files.values()):
             problems.append("local file names must not contain folders")

@@ -44,8 +44,15 @@ def messages_hash(messages: list[dict[str, Any]]) -> str:
 
 def default_reply(messages: list[dict[str, Any]]) -> str:
     """A deterministic 'model': a capitalised word from the user's messages, chosen by the prompt hash."""
-    words = sorted({w.strip(".,!?'") for m in messages if m["role"] == "user" for w in m["content"].split()
-                    if w[:1].isupper() and w.strip(".,!?'").isalpha()})
+    words = sorted(
+        {
+            w.strip(".,!?'")
+            for m in messages
+            if m["role"] == "user"
+            for w in m["content"].split()
+            if w[:1].isupper() and w.strip(".,!?'").isalpha()
+        }
+    )
     if not words:
         return "unknown"
     return words[int(messages_hash(messages)[:8], 16) % len(words)]
@@ -149,8 +156,9 @@ class FaultServer:
         return rng.choice(self.faults)
 
     @staticmethod
-    def _send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,
-                   headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
@@ -162,12 +170,18 @@ class FaultServer:
 
     def _completion(self, content: str | None, prompt_tokens: int | None, usage: bool = True) -> dict:
         reply: dict[str, Any] = {
-            "id": "chatcmpl-fault", "object": "chat.completion", "created": int(time.time()), "model": "fault-model",
+            "id": "chatcmpl-fault",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": "fault-model",
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
         }
         if usage:
-            reply["usage"] = {"prompt_tokens": prompt_tokens or 0, "completion_tokens": 1 if content else 0,
-                              "total_tokens": (prompt_tokens or 0) + (1 if content else 0)}
+            reply["usage"] = {
+                "prompt_tokens": prompt_tokens or 0,
+                "completion_tokens": 1 if content else 0,
+                "total_tokens": (prompt_tokens or 0) + (1 if content else 0),
+            }
         return reply
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
@@ -189,8 +203,12 @@ class FaultServer:
                 self._send_json(handler, 500, {"error": {"message": error_detail, "type": "server_error"}})
             elif fault == "429":
                 record.status = 429
-                self._send_json(handler, 429, {"error": {"message": error_detail, "type": "rate_limit"}},
-                                {"Retry-After": f"{self.retry_after_s:g}"})
+                self._send_json(
+                    handler,
+                    429,
+                    {"error": {"message": error_detail, "type": "rate_limit"}},
+                    {"Retry-After": f"{self.retry_after_s:g}"},
+                )
             elif fault == "400":
                 record.status = 400
                 self._send_json(handler, 400, {"error": {"message": error_detail, "type": "invalid_request_error"}})
@@ -204,7 +222,7 @@ class FaultServer:
                 for index in range(len(data)):
                     if self._release.wait(self.trickle_s):
                         break
-                    handler.wfile.write(data[index:index + 1])
+                    handler.wfile.write(data[index : index + 1])
                     handler.wfile.flush()
                 handler.close_connection = True
             elif fault == "close":

@@ -155,8 +155,11 @@ def _contained(info: PluginInfo, failure: str) -> Iterator[None]:
     finally:
         if printed.getvalue():
             info.output += printed.getvalue()
-            print(f"budgetbench: plugin {info.name!r} ({info.distribution}) printed while loading "
-                  f"(kept off stdout): {printed.getvalue()[:500]!r}", file=sys.stderr)
+            print(
+                f"budgetbench: plugin {info.name!r} ({info.distribution}) printed while loading "
+                f"(kept off stdout): {printed.getvalue()[:500]!r}",
+                file=sys.stderr,
+            )
 
 
 _CORE_RESOLVERS = "budgetbench-core-resolvers"
@@ -266,7 +269,8 @@ class Registry:
                 first = existing.plugin if existing else None
                 message = self.conflicts.get((kind, name)) or (
                     f"{kind} name {name!r} is registered twice: by {first.distribution if first else '?'} "
-                    f"(plugin {first.name if first else '?'!r}) and by {info.distribution} (plugin {info.name!r})")
+                    f"(plugin {first.name if first else '?'!r}) and by {info.distribution} (plugin {info.name!r})"
+                )
                 self.conflicts[(kind, name)] = message
                 info.add_error(message)
                 return
@@ -287,8 +291,10 @@ class Registry:
             return obj.name, obj
         bases = _BASE_OF_KIND[kind]
         if not (inspect.isclass(obj) and issubclass(obj, bases)):
-            raise PluginError(f"{who} registered {obj!r} as a {kind}, but it is not a subclass of "
-                              f"{' or '.join(b.__name__ for b in bases)}")
+            raise PluginError(
+                f"{who} registered {obj!r} as a {kind}, but it is not a subclass of "
+                f"{' or '.join(b.__name__ for b in bases)}"
+            )
         name = getattr(obj, "name", None)
         if not isinstance(name, str) or not name:
             raise PluginError(f"{who}: {obj.__name__} has no 'name'")
@@ -331,8 +337,10 @@ class Registry:
             except PluginError:
                 raise
             except Exception as exc:
-                raise PluginError(f"{hook_name} of plugin {impl.plugin_name!r} ({self._distribution(impl.plugin_name)}) "
-                                  f"raised {_short_error(exc)}") from exc
+                raise PluginError(
+                    f"{hook_name} of plugin {impl.plugin_name!r} ({self._distribution(impl.plugin_name)}) "
+                    f"raised {_short_error(exc)}"
+                ) from exc
             if result is not None:
                 return result, impl.plugin_name
         return None, None
@@ -344,11 +352,14 @@ class Registry:
         """The registered backend that serves ``model`` (the ``resolve_backend`` hook)."""
         name, plugin = self._first_result("resolve_backend", model=model)
         if name is None:
-            raise UnknownNameError(f"no backend accepts --model {model!r}; backends: "
-                                   f"{', '.join(self.names('backend')) or 'none'}")
+            raise UnknownNameError(
+                f"no backend accepts --model {model!r}; backends: {', '.join(self.names('backend')) or 'none'}"
+            )
         if not isinstance(name, str):
-            raise PluginError(f"resolve_backend of plugin {plugin!r} ({self._distribution(plugin or '')}) returned "
-                              f"{name!r}; it must return the name of a registered backend")
+            raise PluginError(
+                f"resolve_backend of plugin {plugin!r} ({self._distribution(plugin or '')}) returned "
+                f"{name!r}; it must return the name of a registered backend"
+            )
         return self.get("backend", name)
 
     def resolve_tokenizer(self, spec: str, backend: Any) -> Tokenizer:
@@ -359,8 +370,10 @@ class Registry:
         """The Tokenizer for ``spec`` and the plugin that made it (for the run's identity)."""
         tokenizer, plugin = self._first_result("resolve_tokenizer", spec=spec, backend=backend)
         if not isinstance(tokenizer, Tokenizer):
-            raise PluginError(f"tokenizer spec {spec!r}: plugin {plugin!r} ({self._distribution(plugin or '')}) "
-                              f"gave {tokenizer!r}, not a Tokenizer")
+            raise PluginError(
+                f"tokenizer spec {spec!r}: plugin {plugin!r} ({self._distribution(plugin or '')}) "
+                f"gave {tokenizer!r}, not a Tokenizer"
+            )
         if plugin == _CORE_RESOLVERS:  # a registered prefix: the plugin that registered it made the tokenizer
             return tokenizer, self.get("tokenizer", spec.partition(":")[0]).plugin
         source = next((p for p in self._plugins if p.name == plugin), PluginInfo(str(plugin), "unknown", "unknown"))

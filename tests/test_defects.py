@@ -27,7 +27,6 @@ from budgetbench_core import (
     PromptCounter,
     Regime,
     RunConfig,
-    Task,
     hookimpl,
     iter_events,
     run,
@@ -42,14 +41,34 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFECTS = 13
 
 
-def served_run(tmp_path: Path, server: FaultServer, strategies: list[str], budgets: list[int], registry=None,
-               items: int = 2, history_tokens: int = 1500, **options) -> Path:
+def served_run(
+    tmp_path: Path,
+    server: FaultServer,
+    strategies: list[str],
+    budgets: list[int],
+    registry=None,
+    items: int = 2,
+    history_tokens: int = 1500,
+    **options,
+) -> Path:
     """A synthetic-memory run against the loopback server, counted with cl100k_base."""
     out = tmp_path / "run"
-    run(RunConfig(task="synthetic-memory", strategies=strategies, budgets=budgets, out=out, limit=items,
-                  model="openai/fault-model", api_base=server.url, tokenizer="tiktoken:cl100k_base",
-                  task_options={"items": items, "history_tokens": history_tokens}, max_concurrency=1, **options),
-        registry=registry)
+    run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=strategies,
+            budgets=budgets,
+            out=out,
+            limit=items,
+            model="openai/fault-model",
+            api_base=server.url,
+            tokenizer="tiktoken:cl100k_base",
+            task_options={"items": items, "history_tokens": history_tokens},
+            max_concurrency=1,
+            **options,
+        ),
+        registry=registry,
+    )
     return out
 
 
@@ -59,11 +78,21 @@ def final(events: list[dict]) -> list[dict]:
 
 # ----------------------------------------------------------------- 1: empty predictions
 
+
 @pytest.mark.parametrize("grader", ["exact-match", "contains-answer"])
-@pytest.mark.parametrize("prediction, answer", [
-    ("", "Lisbon"), ("   ", "Lisbon"), ("...", "Lisbon"), ("the", "the dog"), ("Lis", "Lisbon"), ("a", "a"),
-    ("", ""), ("Lisbon", ""),
-])
+@pytest.mark.parametrize(
+    "prediction, answer",
+    [
+        ("", "Lisbon"),
+        ("   ", "Lisbon"),
+        ("...", "Lisbon"),
+        ("the", "the dog"),
+        ("Lis", "Lisbon"),
+        ("a", "a"),
+        ("", ""),
+        ("Lisbon", ""),
+    ],
+)
 def test_defect_01_core_graders_never_count_an_empty_or_contained_short_prediction(grader, prediction, answer):
     """An empty prediction (or one that normalises to nothing, or a fragment of the answer)
     is never correct; nor is anything against an empty answer."""
@@ -75,6 +104,7 @@ def test_defect_01_core_graders_never_count_an_empty_or_contained_short_predicti
 
 
 # ----------------------------------------------------------------- 2, 3: tasks never see the budget
+
 
 def test_defect_02_tasks_cannot_trim_their_prompt_to_the_budget(tmp_path):
     """The Task contract has no budget to trim to, for every installed task; and a run's
@@ -107,6 +137,7 @@ def test_defect_03_over_budget_full_context_items_stay_in_the_denominator(tmp_pa
 
 # ----------------------------------------------------------------- 4: failed calls are errors
 
+
 def test_defect_04_a_connection_failure_is_an_error_row_never_a_graded_answer(tmp_path):
     with FaultServer(rate=1.0, faults=("close",)) as server:
         out = served_run(tmp_path, server, ["truncation"], [2048], retries=1)
@@ -118,6 +149,7 @@ def test_defect_04_a_connection_failure_is_an_error_row_never_a_graded_answer(tm
 
 
 # ----------------------------------------------------------------- 6: auxiliary calls are gated
+
 
 class OverBudgetSummary(MemoryStrategy):
     """Asks for a summary whose own prompt is the whole history: over any small budget."""
@@ -133,8 +165,10 @@ class OverBudgetSummary(MemoryStrategy):
 
 def test_defect_06_an_over_budget_auxiliary_call_is_never_sent_and_is_a_violation(tmp_path):
     registry = load_registry()
-    registry.add_plugin(type("P", (), {"register_strategies": staticmethod(hookimpl(
-        lambda register: register(OverBudgetSummary)))})(), PluginInfo("aux", "dist-aux", "0.1"))
+    registry.add_plugin(
+        type("P", (), {"register_strategies": staticmethod(hookimpl(lambda register: register(OverBudgetSummary)))})(),
+        PluginInfo("aux", "dist-aux", "0.1"),
+    )
     with FaultServer() as server:
         out = served_run(tmp_path, server, ["over-budget-summary"], [300], registry=registry)
         sent = [r.prompt_tokens for r in server.requests]
@@ -150,7 +184,9 @@ WORDS = ["the", "dog", "Lisbon", "moved", "2023-04-01", "favourite", "tea", "Ama
 _text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=30).map(" ".join)
 _items = st.builds(
     lambda history, query: Item("prop", tuple(history), Message("user", query), None, Message("system", "Be brief.")),
-    st.lists(st.builds(Message, st.sampled_from(["user", "assistant"]), _text), max_size=30), _text)
+    st.lists(st.builds(Message, st.sampled_from(["user", "assistant"]), _text), max_size=30),
+    _text,
+)
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +209,13 @@ def test_defect_10_minimum_section_sizes_never_push_a_composed_prompt_over_budge
 
         return complete
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=300,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(item=_items, extra=st.integers(0, 120), strategy=st.sampled_from([SummaryBuffer, Checkpoint]))
     def check(item, extra, strategy):
         floor = counter.count(item.frame([]))
@@ -188,13 +229,17 @@ def test_defect_10_minimum_section_sizes_never_push_a_composed_prompt_over_budge
 
 # ----------------------------------------------------------------- the rule
 
+
 def _test_names() -> set[str]:
     names: set[str] = set()
     for pattern in ("tests/**/test_*.py", "budgetbench-*/tests/test_*.py", "plugins/*/tests/test_*.py"):
         for path in ROOT.glob(pattern):
             tree = ast.parse(path.read_text(encoding="utf-8"))
-            names |= {node.name for node in ast.walk(tree)
-                      if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")}
+            names |= {
+                node.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+            }
     return names
 
 

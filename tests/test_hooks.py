@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
 import click
 import pytest
@@ -156,9 +155,7 @@ def test_hook_register_tokenizers(tmp_path):
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
     run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], tokenizer="words", out=tmp_path),
         registry=registry)
-    from budgetbench_core.runlog import final_rows
-
-    from budgetbench_core.runlog import iter_events
+    from budgetbench_core.runlog import final_rows, iter_events
 
     rows = list(final_rows(tmp_path).values())
     assert {r["tokenizer"]["id"] for r in rows} == {"words"}

@@ -4,6 +4,7 @@ the import boundary, and the rule that every hook is documented and tested."""
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import os
 import re
@@ -14,9 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from budgetbench_core import Backend, Completion, Dataset, Message, RunConfig, Tokenizer, TokenizerInfo, hookimpl, run
+from budgetbench_core import (
+    Backend,
+    Completion,
+    Dataset,
+    RunConfig,
+    Tokenizer,
+    TokenizerInfo,
+    hookimpl,
+    hookspecs,
+    run,
+)
 from budgetbench_core import __all__ as PUBLIC
-from budgetbench_core import hookspecs
 from budgetbench_core.plugins import HOOKS, PluginError, PluginInfo, Registry, load_registry
 from budgetbench_core.testing import FaultServer, invoke_cli
 
@@ -26,6 +36,7 @@ HEAVY = ("torch", "litellm", "sentence_transformers", "qdrant_client", "mem0", "
 
 # ----------------------------------------------------------------- a third-party plugin
 
+
 class VendorBackend(Backend):
     """``--model myvendor/<name>``: an OpenAI-compatible vendor endpoint, spoken to directly."""
 
@@ -34,11 +45,19 @@ class VendorBackend(Backend):
     def complete(self, messages, params):
         import httpx
 
-        reply = httpx.post(f"{self.api_base}/chat/completions", timeout=30,
-                           json={"model": self.model.split("/", 1)[1], "messages": [m.to_chat() for m in messages]})
+        reply = httpx.post(
+            f"{self.api_base}/chat/completions",
+            timeout=30,
+            json={"model": self.model.split("/", 1)[1], "messages": [m.to_chat() for m in messages]},
+        )
         body = reply.json()
-        return Completion(body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"],
-                          body["usage"]["completion_tokens"], 0.0, model="myvendor")
+        return Completion(
+            body["choices"][0]["message"]["content"],
+            body["usage"]["prompt_tokens"],
+            body["usage"]["completion_tokens"],
+            0.0,
+            model="myvendor",
+        )
 
 
 class VendorWords(Tokenizer):
@@ -70,8 +89,15 @@ class VendorPlugin:
 
     @hookimpl
     def register_datasets(self, register):
-        register(Dataset("vendor-bench", "myvendor/vendor-bench", "vendor_bench", {"data/test.json": "test.json"},
-                         "The vendor's own benchmark"))
+        register(
+            Dataset(
+                "vendor-bench",
+                "myvendor/vendor-bench",
+                "vendor_bench",
+                {"data/test.json": "test.json"},
+                "The vendor's own benchmark",
+            )
+        )
 
 
 def vendor_registry() -> Registry:
@@ -86,10 +112,20 @@ def test_hook_resolve_backend_selects_a_plugin_backend_by_model_prefix(tmp_path)
     assert registry.resolve_backend("local").name == "local"  # built-ins keep theirs
     assert registry.resolve_backend("ollama_chat/qwen2.5:1.5b").name == "litellm"  # the catch-all is trylast
     with FaultServer() as server:
-        summary = run(RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], limit=2,
-                                model="myvendor/big-model", api_base=server.url, tokenizer="vendor-words",
-                                out=tmp_path / "run", task_options={"items": 2, "history_tokens": 500}),
-                      registry=registry)
+        summary = run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["truncation"],
+                budgets=[2048],
+                limit=2,
+                model="myvendor/big-model",
+                api_base=server.url,
+                tokenizer="vendor-words",
+                out=tmp_path / "run",
+                task_options={"items": 2, "history_tokens": 500},
+            ),
+            registry=registry,
+        )
         assert summary.results == 2 and len(server.requests) == 2
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert "budgetbench-vendor" in json.dumps(manifest)
@@ -120,6 +156,7 @@ def test_hook_register_datasets_is_what_data_fetch_knows(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------- containment and duplicates
 
+
 def test_a_duplicate_name_is_an_error_naming_both_and_other_registrations_still_work():
     from budgetbench_core.builtin.strategies import Recency, Truncation
 
@@ -127,11 +164,13 @@ def test_a_duplicate_name_is_an_error_naming_both_and_other_registrations_still_
         name = "mine"
 
     registry = Registry()
-    registry.add_plugin(types_plugin(register_strategies=lambda register: register(Truncation)),
-                        PluginInfo("first", "dist-first", "1"))
+    registry.add_plugin(
+        types_plugin(register_strategies=lambda register: register(Truncation)), PluginInfo("first", "dist-first", "1")
+    )
     second = PluginInfo("second", "dist-second", "1")
-    registry.add_plugin(types_plugin(register_strategies=lambda register: [register(c) for c in (Truncation, Mine, Recency)]),
-                        second)
+    registry.add_plugin(
+        types_plugin(register_strategies=lambda register: [register(c) for c in (Truncation, Mine, Recency)]), second
+    )
     with pytest.raises(PluginError, match="dist-first.*dist-second"):
         registry.get("strategy", "truncation")
     assert registry.get("strategy", "mine").plugin is second and registry.get("strategy", "recency").obj is Recency
@@ -160,12 +199,18 @@ def budgetbench(*args, env=None):
     return subprocess.run([str(script), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.mark.parametrize("source, error", [
-    ("import sys\nprint('hello from a plugin')\nsys.exit(3)\n", "SystemExit: 3"),
-    ("import os\nos.write(1, b'raw bytes on fd 1')\nprint('chatty')\n"
-     "from budgetbench_core import hookimpl\n@hookimpl\ndef register_strategies(register):\n"
-     "    print('still chatty'); raise SystemExit(0)\n", "register_strategies raised SystemExit"),
-])
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("import sys\nprint('hello from a plugin')\nsys.exit(3)\n", "SystemExit: 3"),
+        (
+            "import os\nos.write(1, b'raw bytes on fd 1')\nprint('chatty')\n"
+            "from budgetbench_core import hookimpl\n@hookimpl\ndef register_strategies(register):\n"
+            "    print('still chatty'); raise SystemExit(0)\n",
+            "register_strategies raised SystemExit",
+        ),
+    ],
+)
 def test_a_plugin_that_exits_or_prints_cannot_silence_or_corrupt_list_plugins_json(tmp_path, source, error):
     env = fake_distribution(tmp_path, "hostile-plugin", source)
     result = budgetbench("list-plugins", "--json", env=env)
@@ -179,12 +224,15 @@ def test_a_plugin_that_exits_or_prints_cannot_silence_or_corrupt_list_plugins_js
 
 # ----------------------------------------------------------------- lazy loading
 
+
 def modules_after(*args: str) -> set[str]:
-    code = ("import sys, io, contextlib\nsys.argv = ['budgetbench', *sys.argv[1:]]\n"
-            "from budgetbench_core.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n        main()\n    except SystemExit:\n        pass\n"
-            "print(' '.join(sorted(sys.modules)))\n")
+    code = (
+        "import sys, io, contextlib\nsys.argv = ['budgetbench', *sys.argv[1:]]\n"
+        "from budgetbench_core.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main()\n    except SystemExit:\n        pass\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return set(out.stdout.split())
@@ -199,22 +247,31 @@ def test_version_and_help_import_no_heavy_library(args):
 
 
 def test_listing_reads_metadata_and_imports_only_on_use():
-    registry = Registry.discover()
-    declared = {p.name for p in registry.declared()}
+    """Declared plugins come from metadata alone; a lookup imports them (in a fresh process)."""
+    declared = {p.name for p in Registry.discover().declared()}
     assert {"builtin-strategies", "task-longmemeval", "strategy-rag"} <= declared
-    assert "budgetbench_strategy_rag" not in sys.modules or True  # other tests may have imported it already
-    fresh = subprocess.run([sys.executable, "-c", (
-        "import sys\nfrom budgetbench_core.plugins import Registry\nr = Registry.discover()\n"
-        "names = [p.name for p in r.declared()]\n"
-        "print(len(names), 'budgetbench_strategy_rag' in sys.modules)\n"
-        "r.get('strategy', 'rag')\nprint('budgetbench_strategy_rag' in sys.modules)")],
-        capture_output=True, text=True, timeout=600)
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys\nfrom budgetbench_core.plugins import Registry\nr = Registry.discover()\n"
+                "names = [p.name for p in r.declared()]\n"
+                "print(len(names), 'budgetbench_strategy_rag' in sys.modules)\n"
+                "r.get('strategy', 'rag')\nprint('budgetbench_strategy_rag' in sys.modules)"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert fresh.returncode == 0, fresh.stderr
     first, after = fresh.stdout.splitlines()
     assert first.split()[1] == "False" and after == "True"
 
 
 # ----------------------------------------------------------------- the import boundary
+
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     found = []
@@ -243,25 +300,35 @@ def test_plugins_and_their_tests_import_only_the_public_api():
 
 
 def test_the_core_imports_no_plugin():
-    plugin_packages = {p.parent.name for p in distribution_files() if p.name == "__init__.py"
-                       and p.parent.name.startswith("budgetbench_")}
-    problems = [f"{path.relative_to(ROOT)}: {module}" for path in (ROOT / "budgetbench_core").rglob("*.py")
-                for module, _ in _imports(path) if module.split(".")[0] in plugin_packages]
+    plugin_packages = {
+        p.parent.name
+        for p in distribution_files()
+        if p.name == "__init__.py" and p.parent.name.startswith("budgetbench_")
+    }
+    problems = [
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in (ROOT / "budgetbench_core").rglob("*.py")
+        for module, _ in _imports(path)
+        if module.split(".")[0] in plugin_packages
+    ]
     assert plugin_packages and not problems, problems
 
 
 # ----------------------------------------------------------------- every hook documented and tested
 
+
 def test_every_hook_has_docs_with_its_signature_and_a_test():
-    specs = {name for name in dir(hookspecs) if callable(getattr(hookspecs, name))
-             and hasattr(getattr(hookspecs, name), "budgetbench_spec")}
+    specs = {
+        name
+        for name in dir(hookspecs)
+        if callable(getattr(hookspecs, name)) and hasattr(getattr(hookspecs, name), "budgetbench_spec")
+    }
     assert specs == set(HOOKS)
     docs = (ROOT / "docs" / "hooks.md").read_text(encoding="utf-8")
     tests = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py"))
     for name in sorted(specs):
-        import inspect
-
         parameters = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
-        assert re.search(rf"^## `?{name}\({re.escape(parameters)}\)`?", docs, re.MULTILINE), \
+        assert re.search(rf"^## `?{name}\({re.escape(parameters)}\)`?", docs, re.MULTILINE), (
             f"docs/hooks.md has no section '## {name}({parameters})'"
+        )
         assert re.search(rf"def test_hook_{name}[_(]", tests), f"no test_hook_{name}"

@@ -12,9 +12,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from budgetbench_core.testing import embedded_model_file, tokenizer_for
-
 from budgetbench_task_longmemeval.task import LongMemEval
+
+from budgetbench_core.testing import embedded_model_file, tokenizer_for
 
 MARKER = re.compile(r"^\[Session \d+, [^\]]+\] ")
 DEFAULT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval" / "longmemeval_s_sample.json"

@@ -1,6 +1,7 @@
 """The reliability tests' fault-injecting loopback server is the public one in
 ``budgetbench_core.testing`` (plugins' tests use the same); this name is kept for their imports."""
 
+from budgetbench_core.loopback import Request  # noqa: F401
 from budgetbench_core.testing import (  # noqa: F401
     EXTRA_FAULTS,
     FAULTS,
@@ -10,4 +11,3 @@ from budgetbench_core.testing import (  # noqa: F401
     default_reply,
     messages_hash,
 )
-from budgetbench_core.loopback import Request  # noqa: F401
