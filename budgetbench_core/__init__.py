@@ -8,7 +8,7 @@ is slow to import and ``budgetbench --version`` should not pay for it.
 from typing import Any
 
 from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
-from .datasets import Dataset, resolve_data_file
+from .datasets import Dataset, data_dir, resolve_data_file
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from .graders import Grader, GradingContext, Verdict, contains_answer
@@ -37,7 +37,7 @@ __all__ = [
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
-    "balanced", "contains_answer", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "redact", "resolve_data_file", "run",
+    "balanced", "contains_answer", "data_dir", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "redact", "resolve_data_file", "run",
     "use_bundled_tiktoken_encodings", "wilson",
 ]
 
