@@ -11,6 +11,7 @@ from .backends import Backend, Completion, FatalError, GenerationParams, Respons
 from .datasets import Dataset, data_dir, resolve_data_file
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
+from .episodes import Episode, EpisodicTask, Step, UserChannel, keep_exchanges
 from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
 from .memory_systems import (
@@ -33,11 +34,11 @@ from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tik
 
 __all__ = [
     "EVIDENCE_ID_KEY", "EVIDENCE_KEY", "Executor", "Job", "Unit", "UnitOutcome", "UnitWorker", "WorkerSpec",
-    "ROLES", "AuxiliaryBudgetError", "Backend", "BudgetFill", "Completion", "Dataset", "FatalError", "GenerationParams", "Grader",
+    "ROLES", "AuxiliaryBudgetError", "Backend", "Episode", "EpisodicTask", "Step", "UserChannel", "BudgetFill", "Completion", "Dataset", "FatalError", "GenerationParams", "Grader",
     "GradingContext", "IngestFailure", "IngestLossError", "IngestReport", "Item", "MemoryStrategy", "MemorySystem",
     "Message", "Param", "PromptCounter", "Regime", "ResponseError", "RetrievedItem", "RunConfig", "Session",
     "StrategyContext", "Task", "TaskDataError", "Tokenizer", "TokenizerInfo", "TransportError", "Verdict",
-    "balanced", "contains_answer", "data_dir", "fill_budget", "final_rows", "hookimpl", "iter_events", "read_manifest", "redact", "resolve_data_file", "run",
+    "balanced", "contains_answer", "data_dir", "fill_budget", "final_rows", "hookimpl", "keep_exchanges", "iter_events", "read_manifest", "redact", "resolve_data_file", "run",
     "use_bundled_tiktoken_encodings", "wilson",
 ]
 

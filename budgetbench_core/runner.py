@@ -70,6 +70,7 @@ from .sandbox import (
     validate_prompt,
 )
 from .shards import Shard, ShardError
+from .episodes import EpisodicTask, run_episode
 from .strategies import MemoryStrategy, StrategyContext
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
@@ -621,6 +622,9 @@ class Run:
         An episodic task (several model calls per cell) repeats ``build_prompt`` and ``send``
         per call with the same ``cell`` and ``deadline``, and writes the terminal row once.
         """
+        if isinstance(self.task, EpisodicTask) and not getattr(self.config, "prompts_only", False):
+            run_episode(self, strategy_name, item, budget, repeat)  # the turn loop: budgetbench_core/episodes.py
+            return
         cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
         deadline = Deadline(self.config.item_timeout_s)
         channel = AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)

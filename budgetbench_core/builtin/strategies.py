@@ -3,7 +3,8 @@
 They use only the public API, exactly as a third-party plugin would. Each picks what to
 keep with the cached per-message estimate, then confirms with the exact count
 (``PromptCounter.fit``), so the prompt never exceeds the budget unless even the system
-prompt and query alone do (the runner then records a violation).
+prompt and query alone do (the runner then records a violation). In agent episodes each
+keeps tool calls and their results together (``keep_exchanges``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from budgetbench_core import AuxiliaryBudgetError, MemoryStrategy, Message, Regime, StrategyContext, hookimpl
+from budgetbench_core import AuxiliaryBudgetError, MemoryStrategy, Message, Regime, StrategyContext, hookimpl, keep_exchanges
 
 
 def newest_that_fit(history: Sequence[Message], room: int, context: StrategyContext) -> list[Message]:
@@ -43,6 +44,7 @@ class Truncation(MemoryStrategy):
     def apply(self, history, budget, context):
         kept = newest_that_fit(history, room_for_history(budget, context), context)
         kept, _ = context.counter.fit(context.frame, kept, budget, drop_index=0)
+        kept = keep_exchanges(kept, history, context.item.query)  # agent episodes: never split a tool call
         return context.frame(kept)
 
 
@@ -74,6 +76,7 @@ class Recency(MemoryStrategy):
             kept[:0] = session.messages
             used += cost
         kept, _ = context.counter.fit(context.frame, kept, budget, drop_index=0)
+        kept = keep_exchanges(kept, history, context.item.query)  # agent episodes: never split a tool call
         return context.frame(kept)
 
 
@@ -112,6 +115,7 @@ class SummaryBuffer(MemoryStrategy):
         kept = ([Message("user", f"Summary of the earlier conversation:\n{summary}", {"source_id": "summary"})]
                 if summary else []) + recent
         kept, _ = context.counter.fit(context.frame, kept, budget, drop_index=-1 if not summary else 1)
+        kept = keep_exchanges(kept, history, context.item.query)  # agent episodes: never split a tool call
         return context.frame(kept)
 
     def _summarise(self, evicted, budget, summary_tokens, context) -> str:
@@ -179,6 +183,7 @@ class Checkpoint(MemoryStrategy):
         checkpoint = self._checkpoint(rest, room - used, context)
         kept = ([checkpoint] if checkpoint else []) + [older[i] for i in sorted(evidence)] + tail
         kept, _ = context.counter.fit(context.frame, kept, budget, drop_index=0)
+        kept = keep_exchanges(kept, history, context.item.query)  # agent episodes: never split a tool call
         context.audit["checkpoint"] = {"tail": len(tail), "evidence": sorted(evidence), "checkpoint": bool(checkpoint)}
         return context.frame(kept)
 
