@@ -780,6 +780,8 @@ class Run:
             done = self._done = self._finished_cells(previous, identity)
             invoked = now()
             manifest = self._manifest(tokenizer, (previous or {}).get("started", invoked), identity)
+            manifest["selected_items"] = {self.config.task: {"count": len(items), "ids": [item.id for item in items],
+                                                             "complete": True}}
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
             manifest["invocations"] = [*(previous or {}).get("invocations", []),
                                        {"started": invoked, "finished": None, "calls_made": None}]
