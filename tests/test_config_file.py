@@ -31,6 +31,7 @@ retries = 1
 timeout = 30.5
 item-timeout = 60
 max-ingest-loss = 0.25
+server-prompt-cache = true
 max-consecutive-failures = 3
 out = "runs/from-toml"
 no-report = true
@@ -68,6 +69,7 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert (params["limit"], params["repeats"], params["seed"], params["max_concurrency"]) == (3, 2, 7, 1)
     assert (params["temperature"], params["max_output_tokens"], params["retries"]) == (0.5, 16, 1)
     assert (params["timeout_s"], params["item_timeout_s"], params["max_ingest_loss"]) == (30.5, 60.0, 0.25)
+    assert params["server_prompt_cache"] is True
     assert params["out"] == Path("runs/from-toml") and params["no_report"] is True
     assert (params["display"], params["no_preflight"], params["max_consecutive_failures"]) == ("plain", True, 3)
     assert params["task_options"] == ("items=3", "history_tokens=600")
