@@ -88,6 +88,9 @@ class FaultServer:
     ``echo_auth_in_errors`` makes error bodies quote the Authorization header, as some
     providers quote (part of) a wrong key back. ``trickle_s`` is the pause between bytes
     of a ``trickle`` reply. ``rate=1.0`` with one fault makes every request fail that way.
+    ``routes`` answers other endpoints (``{"/api/tags": (200, {...})}``, any method) and
+    ``route_default``, when given, answers every other path too, chat included (a provider
+    that refuses every key). ``hits`` lists ``(method, path)`` of every request.
     """
 
     rate: float = 0.0
@@ -100,7 +103,10 @@ class FaultServer:
     reply: Callable[[list[dict[str, Any]]], str] = default_reply
     echo_auth_in_errors: bool = False
     trickle_s: float = 0.5
+    routes: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    route_default: tuple[int, Any] | None = None
     requests: list[Request] = field(default_factory=list)
+    hits: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         unknown = set(self.faults) - set(FAULTS) - set(EXTRA_FAULTS)
@@ -123,10 +129,12 @@ class FaultServer:
                 pass
 
             def do_GET(self) -> None:
-                server._send_json(self, 200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
+                if not server._routed(self):
+                    server._send_json(self, 200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
 
             def do_POST(self) -> None:
-                server._handle(self)
+                if not server._routed(self):
+                    server._handle(self)
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -140,9 +148,32 @@ class FaultServer:
         self._httpd.server_close()
 
     @property
-    def url(self) -> str:
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``, for clients that add their own paths (Ollama's ``/api``)."""
         assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base, ``.../v1``."""
+        return self.base_url + "/v1"
+
+    def completions(self) -> int:
+        """How many chat-completion requests arrived (whatever was answered)."""
+        return sum(1 for _, path in self.hits if path.endswith("/chat/completions"))
+
+    def _routed(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Record the request; answer it from ``routes`` (or ``route_default``) when one applies."""
+        with self._lock:
+            self.hits.append((handler.command, handler.path))
+        answer = self.routes.get(handler.path, self.route_default)
+        if answer is None:
+            return False
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length:
+            handler.rfile.read(length)
+        self._send_json(handler, *answer)
+        return True
 
     # ------------------------------------------------------------------ requests
 

@@ -10,8 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -48,55 +46,6 @@ def assert_refused(result: subprocess.CompletedProcess, *needles: str, run_dir: 
     if run_dir is not None:
         assert not (run_dir / "cells").exists()
     return lines[0]
-
-
-class _Recorder(ThreadingHTTPServer):
-    daemon_threads = True
-
-
-class FakeServer:
-    """A loopback server answering every request with ``status`` and ``body``; counts requests by path."""
-
-    def __init__(self, routes: dict[str, tuple[int, dict]], default: tuple[int, dict] = (404, {})) -> None:
-        self.routes, self.default = routes, default
-        self.hits: list[tuple[str, str]] = []
-
-    def __enter__(self) -> FakeServer:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _answer(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                server.hits.append((self.command, self.path))
-                status, body = server.routes.get(self.path, server.default)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = _answer
-
-        self.httpd = _Recorder(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def completions(self) -> int:
-        return sum(1 for _, path in self.hits if path.endswith("/chat/completions"))
 
 
 UNAUTHORISED = (401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
@@ -170,12 +119,12 @@ def test_ollama_not_running_says_how_to_start_it(tmp_path):
 def test_ollama_without_tokenizer_suggests_the_family_spec_and_default_tiers_fit(tmp_path):
     tags = (200, {"models": [{"name": "qwen2.5:1.5b"}]})
     show = (200, {"model_info": {"qwen2.context_length": 32768}})
-    with FakeServer({"/api/tags": tags, "/api/show": show}) as ollama:
+    with FaultServer(routes={"/api/tags": tags, "/api/show": show}, route_default=(404, {})) as ollama:
         result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "ollama_chat/qwen2.5:1.5b",
-                             "--api-base", ollama.base, "-o", str(tmp_path / "r"))
+                             "--api-base", ollama.base_url, "-o", str(tmp_path / "r"))
         assert_refused(result, "--tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct", run_dir=tmp_path / "r")
         missing = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "ollama_chat/llama3.1:8b",
-                              "--api-base", ollama.base, "-o", str(tmp_path / "r"))
+                              "--api-base", ollama.base_url, "-o", str(tmp_path / "r"))
         assert_refused(missing, "has no model 'llama3.1:8b'", "ollama pull llama3.1:8b")
         assert ollama.completions() == 0
 
@@ -196,9 +145,9 @@ def test_budget_over_the_embedded_context_names_the_tiers_that_fit(tmp_path):
 
 
 def test_server_refusing_the_key_is_caught_by_preflight(tmp_path):
-    with FakeServer({}, default=UNAUTHORISED) as server:
+    with FaultServer(route_default=UNAUTHORISED) as server:
         result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-b", "512", *SMALL, *FAST,
-                             "-m", "openai/some-model", "--api-base", server.base + "/v1", "-o", str(tmp_path / "r"))
+                             "-m", "openai/some-model", "--api-base", server.url, "-o", str(tmp_path / "r"))
         assert_refused(result, "refused the API key (401)", "OPENAI_API_KEY", run_dir=tmp_path / "r")
         assert server.completions() == 0
 
@@ -216,9 +165,9 @@ def test_no_server_at_api_base_is_caught_by_preflight(tmp_path):
 def test_401_server_gets_at_most_one_model_call(tmp_path):
     """Two strategies x two tiers x three items = 12 cells; the first refused key stops the run."""
     out = tmp_path / "r"
-    with FakeServer({}, default=UNAUTHORISED) as server:
+    with FaultServer(route_default=UNAUTHORISED) as server:
         result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-s", "recency", "-b", "256 512",
-                             *SMALL, *FAST, "-j", "2", "-m", "openai/some-model", "--api-base", server.base + "/v1",
+                             *SMALL, *FAST, "-j", "2", "-m", "openai/some-model", "--api-base", server.url,
                              "--no-preflight", "--display", "plain", "-o", str(out))
         assert server.completions() <= 1
     assert result.returncode == 2, result.stderr

@@ -20,11 +20,6 @@ TIERS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 
 
 @pytest.fixture(scope="module")
-def counter(budgetbench_counter):
-    return budgetbench_counter
-
-
-@pytest.fixture(scope="module")
 def oracle_items():
     return rag_support.longmemeval_items("oracle", 6)
 

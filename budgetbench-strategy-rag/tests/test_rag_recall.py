@@ -27,11 +27,6 @@ FLOORS = {4: {"rag": 1.0, "lean_retrieval": 1.0},  # 4/4 and 4/4
           56: {"rag": 0.95, "lean_retrieval": 0.97}}  # 47/49 and 48/49 (49 questions have has_answer turns)
 
 
-@pytest.fixture(scope="module")
-def counter(budgetbench_counter):
-    return budgetbench_counter
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_rag_gold_evidence_recall_at_4096(counter, tmp_path):

@@ -18,11 +18,6 @@ SWEEP = [2048, 512, 8192, 1024, 4096]
 
 
 @pytest.fixture(scope="module")
-def counter(budgetbench_counter):
-    return budgetbench_counter
-
-
-@pytest.fixture(scope="module")
 def items():
     return rag_support.longmemeval_items("oracle", 3)
 

@@ -40,11 +40,6 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def counter(budgetbench_counter):
-    return budgetbench_counter
-
-
-@pytest.fixture(scope="module")
 def oracle_item() -> Item:
     """The first LongMemEval oracle question whose history is 12-20K characters."""
     data = shared_data("longmemeval/longmemeval_oracle.json")
@@ -78,24 +73,24 @@ def test_llmlingua2_refuses_a_model_llmlingua_cannot_handle():
         LLMLingua2(model="/models/some-other-classifier")
 
 
-def test_llmlingua2_leaves_a_history_that_fits_unchanged(tiny_model, counter, oracle_item, tmp_path):
+def test_llmlingua2_leaves_a_history_that_fits_unchanged(tiny_model, budgetbench_counter, oracle_item, tmp_path):
     strategy = LLMLingua2(model=tiny_model)
     for history in (oracle_item.history, ()):
-        context = context_for(oracle_item, 8000, counter, tmp_path)
+        context = context_for(oracle_item, 8000, budgetbench_counter, tmp_path)
         assert strategy.apply(history, 8000, context) == context.frame(list(history))
         assert context.audit["llmlingua2"]["compressed"] is False
     assert strategy._compressor is None  # the model was never needed
 
 
 @pytest.mark.parametrize("budget", [512, 1024])
-def test_llmlingua2_compresses_into_the_budget(tiny_model, counter, oracle_item, tmp_path, budget):
+def test_llmlingua2_compresses_into_the_budget(tiny_model, budgetbench_counter, oracle_item, tmp_path, budget):
     strategy = LLMLingua2(model=tiny_model)
-    context = context_for(oracle_item, budget, counter, tmp_path)
+    context = context_for(oracle_item, budget, budgetbench_counter, tmp_path)
     prompt = strategy.apply(oracle_item.history, budget, context)
 
-    assert counter.count(prompt) <= budget
+    assert budgetbench_counter.count(prompt) <= budget
     assert prompt[0] == oracle_item.system and prompt[-1] == oracle_item.query
-    assert counter.count(context.frame(list(oracle_item.history))) > budget  # compression was needed
+    assert budgetbench_counter.count(context.frame(list(oracle_item.history))) > budget  # compression was needed
     audit = context.audit["llmlingua2"]
     assert audit["within_budget"] and audit["compressed"]
     assert audit["compression_ratio"] > 1.5
@@ -116,25 +111,25 @@ def test_llmlingua2_compresses_into_the_budget(tiny_model, counter, oracle_item,
     assert len(kept_words) < len(WORD.findall(source)) / 1.5
 
 
-def test_llmlingua2_recompresses_when_the_exact_count_is_over(tiny_model, counter, oracle_item, tmp_path):
+def test_llmlingua2_recompresses_when_the_exact_count_is_over(tiny_model, budgetbench_counter, oracle_item, tmp_path):
     """Aiming at three times the room makes the first attempt overshoot; the harness retries lower."""
     strategy = LLMLingua2(model=tiny_model, headroom=3.0, max_tries=5)
-    context = context_for(oracle_item, 768, counter, tmp_path)
+    context = context_for(oracle_item, 768, budgetbench_counter, tmp_path)
     prompt = strategy.apply(oracle_item.history, 768, context)
 
     attempts = context.audit["llmlingua2"]["attempts"]
     assert len(attempts) >= 2
     assert attempts[0]["prompt_tokens"] > 768
     assert [a["rate"] for a in attempts] == sorted((a["rate"] for a in attempts), reverse=True)
-    assert counter.count(prompt) <= 768 == context.budget
+    assert budgetbench_counter.count(prompt) <= 768 == context.budget
 
 
-def test_llmlingua2_reports_an_over_budget_prompt_after_its_last_try(tiny_model, counter, oracle_item, tmp_path):
+def test_llmlingua2_reports_an_over_budget_prompt_after_its_last_try(tiny_model, budgetbench_counter, oracle_item, tmp_path):
     strategy = LLMLingua2(model=tiny_model, headroom=3.0, max_tries=1)
-    context = context_for(oracle_item, 768, counter, tmp_path)
+    context = context_for(oracle_item, 768, budgetbench_counter, tmp_path)
     prompt = strategy.apply(oracle_item.history, 768, context)
 
-    assert counter.count(prompt) > 768  # returned as is, so the runner records a violation
+    assert budgetbench_counter.count(prompt) > 768  # returned as is, so the runner records a violation
     assert context.audit["llmlingua2"]["within_budget"] is False
 
 

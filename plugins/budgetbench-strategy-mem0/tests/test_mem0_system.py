@@ -23,11 +23,6 @@ def offline(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def counter(budgetbench_counter):
-    return budgetbench_counter
-
-
-@pytest.fixture(scope="module")
 def oracle_item() -> Item:
     """The smallest LongMemEval oracle question with at least two sessions and twelve messages."""
     data = shared_data("longmemeval/longmemeval_oracle.json")
@@ -97,13 +92,13 @@ def test_mem0_search_is_scoped_to_the_item(ingested, oracle_item):
 
 
 @pytest.mark.parametrize("budget", [256, 512, 1024])
-def test_harness_fills_the_budget_with_whole_mem0_memories(ingested, oracle_item, counter, budget):
+def test_harness_fills_the_budget_with_whole_mem0_memories(ingested, oracle_item, budgetbench_counter, budget):
     system, _, context = ingested
     system.top_k = 30
     ranked = system.retrieve(oracle_item.query.content, context)
-    fill = fill_budget(oracle_item, ranked, budget, counter)
+    fill = fill_budget(oracle_item, ranked, budget, budgetbench_counter)
 
-    assert counter.count(fill.messages) == fill.used_tokens <= budget
+    assert budgetbench_counter.count(fill.messages) == fill.used_tokens <= budget
     assert fill.included, "nothing fit"
     assert fill.included == sorted(fill.included)
     body = fill.messages[1].content
