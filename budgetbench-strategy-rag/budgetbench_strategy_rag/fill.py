@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from budgetbench_core import Message, StrategyContext
+from budgetbench_core import Message, StrategyContext, keep_exchanges
 
 from .units import Unit, assemble, unit_message
 
@@ -42,7 +42,8 @@ def fill_budget(ranking: Sequence[int], units: Sequence[Unit], history: Sequence
             chosen.append(position)
             used += cost
     while True:
-        messages = context.frame(assemble([units[ranking[p]] for p in chosen], history))
+        kept = keep_exchanges(assemble([units[ranking[p]] for p in chosen], history), history, context.item.query)
+        messages = context.frame(kept)  # agent episodes: a tool call and its result stay together
         exact = counter.count(messages)
         if exact <= budget or not chosen:
             skipped = chosen[-1] + 1 - len(chosen) if chosen else 0

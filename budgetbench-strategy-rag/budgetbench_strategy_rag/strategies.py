@@ -37,6 +37,8 @@ class Ranked:
     order: list[int]
     scores: dict[int, dict[str, float]]
     work: dict[str, Any] = field(default_factory=dict)
+    size: int = 0  # history length and query it was ranked for
+    query: str = ""
 
 
 def _positive_int(strategy: str, name: str, value: Any, minimum: int) -> int:
@@ -104,7 +106,8 @@ class Rag(MemoryStrategy):
         units = make_units(history, self.chunk_tokens, embedder.tokenizer)
         work = {"index": "built", "embedded_texts": 0, "embed_s": 0.0}
         if not units:
-            return Ranked(context.item.id, None, [], [], {}, {**work, "index": "empty", "retrieve_s": 0.0})
+            return Ranked(context.item.id, None, [], [], {}, {**work, "index": "empty", "retrieve_s": 0.0},
+                          len(history), context.item.query.content)
         collection = self._collection(units, history)
         if self.store.persistent and self.store.has(collection, len(units)):
             work["index"] = "reused"
@@ -118,7 +121,7 @@ class Rag(MemoryStrategy):
         scores = self._score(units, dense, context, history)
         order = sorted(scores, key=lambda i: (-scores[i]["score"], -units[i].index))
         work.update(embedded_texts=work["embedded_texts"] + 1, retrieve_s=time.perf_counter() - started)
-        return Ranked(context.item.id, collection, units, order, scores, work)
+        return Ranked(context.item.id, collection, units, order, scores, work, len(history), context.item.query.content)
 
     def _score(self, units: Sequence[Unit], dense: dict[int, float], context: StrategyContext,
                history: Sequence[Message]) -> dict[int, dict[str, float]]:
@@ -128,7 +131,9 @@ class Rag(MemoryStrategy):
     # ------------------------------------------------------------------ apply
 
     def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
-        fresh = self._ranked is None or self._ranked.item_id != context.item.id
+        # Per item, and per turn of an agent episode (the history grew, the query is new).
+        turn = (context.item.id, len(history), context.item.query.content)
+        fresh = self._ranked is None or (self._ranked.item_id, self._ranked.size, self._ranked.query) != turn
         if fresh:
             self.reset()
             self._ranked = self._prepare(history, context)
