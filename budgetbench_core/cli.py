@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .config_file import config_option, copy_into_run
-from .merge import merge_command
 from .failfast import DEFAULT_MAX_CONSECUTIVE
+from .merge import merge_command
 from .params import check_run, did_you_mean, parameters_of
 from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, UnknownNameError, get_registry
@@ -221,6 +221,9 @@ def run_options(function):
                 help="Seconds one strategy call may take."),
         _option("--max-ingest-loss", type=float, default=0.0, show_default=True,
                 help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
+        _option("--server-prompt-cache", is_flag=True, default=False,
+                help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
+                     "reply can then depend on what ran before, so a rerun may differ. Default: no reuse."),
         _option("--executor", default="thread", show_default=True,
                 help="How units are scheduled: thread (worker threads here) or one a plugin registers "
                      "(ray: --executor ray [--ray-address auto|host:port]). Rows are the same either way."),
@@ -229,9 +232,6 @@ def run_options(function):
         _option("--shard", default=None, metavar="I/N",
                 help="Run only shard I of N of the units (1 <= I <= N, the same partition on every machine); "
                      "combine the shard directories with `budgetbench merge`."),
-        _option("--server-prompt-cache", is_flag=True, default=False,
-                help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
-                     "reply can then depend on what ran before, so a rerun may differ. Default: no reuse."),
         _option("--max-consecutive-failures", type=click.IntRange(min=1), default=DEFAULT_MAX_CONSECUTIVE,
                 show_default=True, help="Stop the run when this many calls in a row fail with the same transport "
                 "error (retries included); a refused key stops it at the first."),
@@ -348,7 +348,7 @@ def demo(out, limit, answered, max_concurrency, display, no_preflight):
         config = _prepare(config, budgets_given=True, no_preflight=no_preflight, quiet=display == "none")
         codes.append(execute(config, display=display))
     for line in summary_lines(out):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     sys.exit(max(codes))
 
 

@@ -35,7 +35,7 @@ def available_strategies(registry: Registry) -> tuple[list[str], list[str]]:
 
 def demo_configs(out: Path, items: int, answered: int, max_concurrency: int, strategies: list[str]) -> list[RunConfig]:
     """The prompts-only run and the answered run, in that order (``answered`` 0: no answered run)."""
-    common = {"task": "synthetic-memory", "strategies": strategies, "max_concurrency": max_concurrency}
+    common: dict[str, Any] = {"task": "synthetic-memory", "strategies": strategies, "max_concurrency": max_concurrency}
     configs = [RunConfig(out=Path(out) / "prompts", budgets=list(BUDGETS), limit=items, prompts_only=True,
                          task_options={"items": items, "history_tokens": HISTORY_TOKENS}, **common)]
     if answered:
@@ -77,7 +77,8 @@ def summary_lines(out: Path) -> list[str]:
             return [*lines, f"answered run: nothing to summarise ({exc})"]
         lines.append(f"Answered run on the embedded model at {smallest} tokens (quality, violations = 0, 95%):")
         for row in answered["summary"]:
-            lines.append(f"  {row['strategy']:<14} {_interval(row, 'quality_all')}  over {row['quality_all_n']} items")
+            lines.append(f"  {row['strategy']:<14} {_interval(row, 'quality_all')}  over {row['quality_all_n']} items, "
+                         f"violation rate {row['violation_rate']:.2f}")
         lines.append(f"  served-count audit: {answered['served_checked']} prompts checked, "
                      f"{len(answered['served_mismatches'])} differ from our count")
     lines.append(f"reports: {Path(out) / 'prompts' / 'report' / 'index.html'}"

@@ -79,16 +79,21 @@ def test_api_key_on_command_line_is_refused(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_exactly_and_resumes_without_calls(tmp_path):
     out = tmp_path / "demo"
-    first = budgetbench("demo", "--out", str(out), "--limit", "2")
+    first = budgetbench("demo", "--out", str(out), "--limit", "5", "--answered", "2")
     assert first.returncode == 0, first.stderr
-    rows = final_rows(out)
-    assert len(rows) == 2 * 3 * 3
-    admitted = [r for r in rows.values() if r["event"] == "result"]
+    prompts, answered = final_rows(out / "prompts"), final_rows(out / "answered")
+    strategies = {k[1] for k in prompts}
+    assert {"truncation", "checkpoint", "full_context"} <= strategies
+    assert len(prompts) == 5 * len(strategies) * 3 and {r["event"] for r in prompts.values()} <= {"admitted", "violation"}
+    assert read_manifest(out / "prompts")["calls_made"] == 0  # prompts only: no model call
+    assert len(answered) == 2 * len(strategies) and {k[2] for k in answered} == {512}
+    admitted = [r for r in answered.values() if r["event"] == "result"]
     assert admitted and all(r["prompt_tokens"] <= r["budget"] for r in admitted)
     assert all(r["served_prompt_tokens"] == r["prompt_tokens"] for r in admitted)
     assert all("latency_s" in r and "quality" in r for r in admitted)
-    calls = read_manifest(out)["calls_made"]
-    second = budgetbench("demo", "--out", str(out), "--limit", "2")
+    assert "Evidence recall at 512 tokens" in first.stdout + first.stderr
+    calls = read_manifest(out / "answered")["calls_made"]
+    second = budgetbench("demo", "--out", str(out), "--limit", "5", "--answered", "2")
     assert second.returncode == 0, second.stderr
-    assert read_manifest(out)["calls_made"] == calls
-    assert "0 model calls" in " ".join(second.stderr.split())
+    assert read_manifest(out / "answered")["calls_made"] == calls
+    assert " ".join(second.stderr.split()).count("0 model calls") == 2
