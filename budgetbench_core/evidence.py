@@ -67,7 +67,8 @@ def evidence_outcome(marks: Sequence[EvidenceMark], prompt: Sequence[Message]) -
     if not marks:
         return None
     contents = [_normal(m.content) for m in prompt]
-    kept, dropped = [], []
+    kept: list[str] = []
+    dropped: list[str] = []
     for mark in marks:
         (kept if any(mark.text in content for content in contents) else dropped).append(mark.id)
     return {"marked": len(marks), "kept": kept, "dropped": dropped}

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from .backends import Backend, GenerationParams
+from .gate import AuxiliaryBudgetError, gate
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
-from .gate import AuxiliaryBudgetError, gate
 from .sandbox import (
     Deadline,
     PluginFailure,
@@ -272,7 +272,7 @@ class ConformanceKit:
             problems.append(f"describe() is not JSON-serialisable: {_describe_error(exc)}")
         if problems:
             return CheckResult("declared", "fail", "; ".join(problems))
-        return CheckResult("declared", "pass", f"{name}: {regime.value}")
+        return CheckResult("declared", "pass", f"{name}: {Regime(regime).value}")
 
     def _validate(self, item: Item, prompt: Any) -> str | None:
         """The runner's own validation (``sandbox``): canonical prompt, roles, system first, query last."""
@@ -413,7 +413,7 @@ class ConformanceKit:
     def _same(a: _Cell, b: _Cell) -> bool:
         if a.error is not None or b.error is not None:
             return (type(a.error), str(a.error)) == (type(b.error), str(b.error))
-        return _fingerprint(a.prompt) == _fingerprint(b.prompt)
+        return _fingerprint(a.prompt or []) == _fingerprint(b.prompt or [])
 
     @staticmethod
     def _result(check: str, problems: list[str], ok: str) -> CheckResult:

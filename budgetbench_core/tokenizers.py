@@ -14,10 +14,13 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from .messages import Message
+
+T = TypeVar("T")  # what ``fit`` drops: messages, or indices that ``frame`` turns into messages
 
 
 def use_bundled_tiktoken_encodings() -> None:
@@ -175,7 +178,8 @@ class PromptCounter:
     def estimate(self, messages: Sequence[Message]) -> int:
         return self.base + sum(self.message_tokens(m) for m in messages)
 
-    def fit(self, frame, kept: list[Message], budget: int, drop_index: int = 0) -> tuple[list[Message], int]:
+    def fit(self, frame: Callable[[list[T]], list[Message]], kept: list[T], budget: int,
+            drop_index: int = 0) -> tuple[list[T], int]:
         """Drop messages from ``kept`` (at ``drop_index``) until ``frame(kept)`` fits exactly.
 
         Returns the kept messages and the exact count; the count may still exceed the

@@ -67,7 +67,7 @@ class LocalBackend(LiteLLMBackend):
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.batch_threads = batch_threads or self.threads
         self.omp_wait_policy = omp_wait_policy
-        self.openmp_settings: dict[str, str | None] = {}
+        self.openmp_settings: dict[str, str | bool | None] = {}
         self.model_context = MODEL_CONTEXT
         self.context_per_slot = max(MODEL_CONTEXT, max_context or 0)
         if max_context and max_context > MODEL_CONTEXT + OUTPUT_ROOM:

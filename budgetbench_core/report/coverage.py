@@ -135,7 +135,8 @@ def paired_binary(ns: Iterable[int] = NS, reps: int = 4000, seed: int = 2,
                 probs = _joint(q, p, coupling)
                 for n in ns:
                     counts = rng.multinomial(n, probs, size=reps).T
-                    low, high, code = stats.paired_binary_verdicts(*counts, min_n=min_n)
+                    both, cand_only, ref_only, neither = counts
+                    low, high, code = stats.paired_binary_verdicts(both, cand_only, ref_only, neither, min_n=min_n)
                     shown = n >= min_n
                     rows.append(Row("paired binary", coupling, f"p={p}->{q:.2f}", n,
                                     _covers(low, high, q - p) if shown else float("nan"),

@@ -114,11 +114,11 @@ def gate(data: RunData, max_violation_rate: float = 0.0, max_error_rate: float =
     result = GateResult(str(data.run_dir))
     cand_cell = find_cell(data, candidate, "--candidate") if candidate else None
     ref_cell = find_cell(data, reference, "--reference") if reference else None
-    if ref_cell is not None and ref_cell[0] != cand_cell[0]:
+    if ref_cell is not None and cand_cell is not None and ref_cell[0] != cand_cell[0]:
         raise ValueError(f"--reference {reference} and --candidate {candidate} belong to different tasks")
     for cell in [cand_cell] if cand_cell else list(cells):
         result.checks += _cell_checks(cell, cells[cell], max_violation_rate, max_error_rate, min_items)
-    if margin is not None:
+    if margin is not None and cand_cell is not None and ref_cell is not None:  # both given: checked above
         if not any(r["event"] == "result" for r in cells[cand_cell] + cells[ref_cell]) and \
                 data.manifest.get("config", {}).get("prompts_only"):
             result.checks.append(Check("non-inferiority", f"{candidate} vs {reference}", False,

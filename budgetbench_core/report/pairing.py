@@ -50,7 +50,7 @@ def find_cell(data: RunData, text: str, option: str) -> Cell:
     return matches[0]
 
 
-def pair_values(candidate_rows: list[dict], reference_rows: list[dict], dropped: set[str] = frozenset()) -> Pair:
+def pair_values(candidate_rows: list[dict], reference_rows: list[dict], dropped: frozenset[str] | set[str] = frozenset()) -> Pair:
     """Pair two cells' item values over the items both scored (``dropped`` items left out)."""
     cand = {k: v for k, v in item_values(candidate_rows).items() if k not in dropped}
     ref = {k: v for k, v in item_values(reference_rows).items() if k not in dropped}

@@ -112,7 +112,7 @@ def graded_items_needed(sd: float, delta: float, margin: float | None = None,
     return float(high)
 
 
-def is_binary(values: Sequence[float]) -> bool:
+def is_binary(values: Sequence[float] | np.ndarray) -> bool:
     return all(v in (0.0, 1.0) for v in values)
 
 

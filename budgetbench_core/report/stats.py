@@ -183,7 +183,7 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[floa
     return float(low), float(high)
 
 
-def bounded_t(values: Sequence[float], lo: float = 0.0, hi: float = 1.0) -> tuple[float, float]:
+def bounded_t(values: Sequence[float] | np.ndarray, lo: float = 0.0, hi: float = 1.0) -> tuple[float, float]:
     """Bounded-t interval of the mean of values in [lo, hi]; (nan, nan) below 2 values."""
     data = np.asarray(values, dtype=float)
     low, high = bounded_t_bounds(data.sum(), (data * data).sum(), data.size, lo, hi)
@@ -246,12 +246,13 @@ def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary:
         counts = np.array([np.sum((a == 1) & (b == 1)), np.sum((a == 1) & (b == 0)),
                            np.sum((a == 0) & (b == 1)), np.sum((a == 0) & (b == 0))], dtype=float)
         method = "newcombe+sign"
-        low, high, code = (float(v) for v in paired_binary_verdicts(*counts, min_n=min_n))
+        both, cand_only, ref_only, neither = counts
+        low, high, code = (float(v) for v in paired_binary_verdicts(both, cand_only, ref_only, neither, min_n=min_n))
         p_value = float(sign_test_p(counts[1], counts[2]))
 
         def distinguished(size: int) -> bool:
-            scaled = np.round(counts * size / n)
-            return bool(paired_binary_verdicts(*scaled, min_n=min_n)[2] in (1, -1))
+            both, cand_only, ref_only, neither = np.round(counts * size / n)
+            return bool(paired_binary_verdicts(both, cand_only, ref_only, neither, min_n=min_n)[2] in (1, -1))
     else:
         total, total_sq = float(differences.sum()), float((differences * differences).sum())
         method = "bounded-t"
@@ -277,6 +278,6 @@ def verdict(delta: PairedDelta) -> str:
     return delta.verdict
 
 
-def percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float | None], q: float) -> float:
     data = np.asarray([v for v in values if v is not None], dtype=float)
     return float(np.percentile(data, q)) if data.size else math.nan

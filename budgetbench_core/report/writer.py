@@ -160,7 +160,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         summary, categories = _prompts_only_tables(data)
         pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0],
                                     "evidence_all") if evidence else []  # no quality, no marks: nothing to rank
-        evidence_pivot = []
+        evidence_pivot: list[dict] = []
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
         return {
             "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
