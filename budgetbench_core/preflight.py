@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from .backends import Backend
 from .messages import Message
 from .plugins import Registry, UnknownNameError
 from .runner import DEFAULT_BUDGETS, RunConfigError
@@ -246,7 +247,7 @@ def _local_context(backend_class: type, config: Any, problems: list[str]) -> Mod
     return ModelContext(tokens, f"the embedded model {backend.model_path.name}") if tokens else ModelContext()
 
 
-def _tokenizer(config: Any, registry: Registry, backend_class: type, problems: list[str], passed: list[str]) -> None:
+def _tokenizer(config: Any, registry: Registry, backend_class: type[Backend], problems: list[str], passed: list[str]) -> None:
     if backend_class.name == "local" and (config.tokenizer or "server") == "server":
         return  # the embedded server counts for itself; it starts with the run
     try:
