@@ -119,7 +119,24 @@ class RayExecutor(Executor):
                    "Default: start a local cluster for the run.",
         "cpus": "CPUs of the local cluster started for the run (default: all of this machine's).",
         "retries": "How often a unit whose worker or node died is run again (default 3).",
+        "unit_cpus": "CPUs Ray reserves for one unit (default 1). Below 1 (0.25) several units share a CPU: "
+                     "for runs that wait on the model rather than compute in the strategy.",
     }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        checks = {"cpus": (int, 1), "retries": (int, 0), "unit_cpus": (float, 0.01)}
+        for key, (kind, least) in checks.items():
+            if options.get(key) is None:
+                continue
+            try:
+                value = kind(options[key])
+            except (TypeError, ValueError):
+                value = None
+            if value is None or value < least:
+                raise ValueError(f"--ray-{key.replace('_', '-')} must be a number of at least {least}, "
+                                 f"got {options[key]!r}")
+            self.settings[key] = value  # the command line gives text
 
     def execute(self, job: Job) -> None:
         ray = _ray()
@@ -133,7 +150,7 @@ class RayExecutor(Executor):
             else:
                 cpus = self.settings.get("cpus")
                 # a cluster of this machine only: every connection on loopback
-                ray.init(num_cpus=int(cpus) if cpus else None, _node_ip_address="127.0.0.1", **common)
+                ray.init(num_cpus=cpus, _node_ip_address="127.0.0.1", **common)
         try:
             self._execute(ray, job)
         finally:
@@ -141,12 +158,13 @@ class RayExecutor(Executor):
                 ray.shutdown()
 
     def _execute(self, ray: Any, job: Job) -> None:
-        retries = int(self.settings.get("retries", 3))
+        retries = self.settings.get("retries", 3)
         limiter = _limiter_class().remote(job.max_concurrency, job.timeout_s + LEASE_MARGIN_S)
-        run_unit = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(_run_unit)
+        unit_cpus = self.settings.get("unit_cpus", 1.0)
+        run_unit = ray.remote(num_cpus=unit_cpus, max_retries=retries, retry_exceptions=False)(_run_unit)
         spec = ray.put(job.worker_spec())
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        window = max(2, 2 * cpus)  # enough to keep every CPU busy while the driver records
+        slots = ray.cluster_resources().get("CPU", 1) / unit_cpus
+        window = max(2, int(2 * slots))  # units Ray can run at once, twice: none idles while the driver records
         in_flight: dict[Any, Unit] = {}
         items: dict[str, tuple[Any, int]] = {}  # item id -> (object ref, units in flight): one copy per item
         units = iter(job.units)
