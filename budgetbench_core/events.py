@@ -163,7 +163,8 @@ class Error(Terminal):
 
     EVENT: ClassVar[str] = "error"
     phase: str = doc("`reset`, `strategy` (apply), `ingest`, `retrieve`, `counting`, `model`, `extract`, "
-                     "`grading`, `cell` (the cell's deadline passed)")
+                     "`grading`, `cell` (the cell's deadline passed), `executor` (the unit's remote worker "
+                     "was lost more often than the executor retries; a resume runs it again)")
     cause: str = doc("the error, naming the plugin, its distribution and the item")
     plugin: str | None = doc("the plugin at fault, when known", None)
     distribution: str | None = doc("its distribution, when known", None)
@@ -222,7 +223,13 @@ option; no secrets), `started`, `versions` (core, Python and every loaded plugin
 `plugins_used` (`kind:name` -> distribution and version), `plugin_failures`, `task` (the task's
 own notes), `data_files` (path -> sha256 of every file the task read), `grader`, `strategies`,
 `model`, `judge`, `tokenizer`, `git_commit`, `host`, `invocations` (`started`, `finished`,
-`calls_made`; a process killed with -9 leaves `finished: null`) and `calls_made`.
+`calls_made`; a process killed with -9 leaves `finished: null`) and `calls_made`;
+`selected_items` (task -> `ids`, every item id of the selection in load order, and `complete`,
+false when the invocation stopped before the task was read to its end), written at the end of
+an invocation. `config.executor`, `config.executor_options` and `config.shard` say how units
+were scheduled (never part of `run_key`); a directory made by `budgetbench merge` also has
+`shards` (`count`, `merged`, `missing`) and `merged` (when, and each input's path, shards, host,
+git commit, start and `calls_made`).
 
 Secrets are redacted before anything is truncated and before anything reaches disk (event rows,
 manifest, retrievals, response cache, report): the value of every environment variable whose name
