@@ -17,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import FakeOpenAI, RSSSampler, benchmark_registry, longmemeval_s_task, machine, require_data, \
-    write_result
+from _common import FakeOpenAI, RSSSampler, benchmark_registry, longmemeval_s_task, machine, require_data, write_result
 
 from budgetbench_core import RunConfig, run
 

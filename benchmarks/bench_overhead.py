@@ -71,7 +71,7 @@ def transport_costs(server: FakeOpenAI, calls: int = 40) -> dict:
     }
     wall = {name: [] for name in senders}
     cpu = {name: [] for name in senders}
-    for name, send in senders.items():
+    for send in senders.values():
         send()
     for _ in range(calls):
         for name, send in senders.items():

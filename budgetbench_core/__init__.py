@@ -9,9 +9,9 @@ from typing import Any
 
 from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
 from .datasets import Dataset, data_dir, resolve_data_file
+from .episodes import Episode, EpisodicTask, Step, UserChannel, keep_exchanges
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
-from .episodes import Episode, EpisodicTask, Step, UserChannel, keep_exchanges
 from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
 from .memory_systems import (
@@ -24,10 +24,10 @@ from .memory_systems import (
     fill_budget,
 )
 from .messages import ROLES, Item, Message, Session
-from .selection import balanced
 from .params import Param
 from .runlog import final_rows, iter_events, read_manifest, redact
 from .runner import AuxiliaryBudgetError, RunConfig, run
+from .selection import balanced
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings

@@ -72,10 +72,10 @@ class Backend(ABC):
         self.timeout_s = timeout_s
         self.options = options
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 - optional: most backends have nothing to start
         """Prepare (start a server, open connections). Called once before the first call."""
 
-    def stop(self) -> None:
+    def stop(self) -> None:  # noqa: B027 - optional, like start
         """Release what ``start`` acquired."""
 
     def default_tokenizer(self) -> str | None:

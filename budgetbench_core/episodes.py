@@ -33,8 +33,15 @@ from .backends import GenerationParams
 from .cell import AuxChannel, CellLog
 from .events import Error, Result, Terminal, Violation
 from .messages import Item, Message
-from .sandbox import (Deadline, PluginFailure, canonical_prompt, contained, describe_exception, json_safe_or_empty,
-                      private_copy)
+from .sandbox import (
+    Deadline,
+    PluginFailure,
+    canonical_prompt,
+    contained,
+    describe_exception,
+    json_safe_or_empty,
+    private_copy,
+)
 from .strategies import StrategyContext
 from .tasks import Task
 
@@ -241,7 +248,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             last_reply = completion.text
             before = len(user.calls)
             try:
-                step = contained("episode", task_ref, lambda: episode.step(completion.text),
+                step = contained("episode", task_ref, lambda text=completion.text: episode.step(text),
                                  Deadline(run.config.item_timeout_s))
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")

@@ -75,7 +75,7 @@ class MemorySystem(ABC):
     def __init__(self, **params: Any) -> None:
         self.params = params
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 - optional: a system that keeps nothing between items has nothing to do
         """Forget the previous item's memories."""
 
     @abstractmethod

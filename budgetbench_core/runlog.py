@@ -14,7 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ def cell_path(run_dir: Path, task: str, strategy: str, budget: int, repeat: int)
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _cut_torn_tail(path: Path) -> None:

@@ -13,7 +13,7 @@ from .messages import Item, Message
 from .tokenizers import PromptCounter
 
 
-class Regime(str, enum.Enum):
+class Regime(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of a member, which callers print
     """Where a strategy's work happens, declared so readers compare like with like."""
 
     LOCAL_ONLY = "local-only"
@@ -68,7 +68,7 @@ class MemoryStrategy(ABC):
     def __init__(self, **params: Any) -> None:
         self.params = params
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 - optional: a stateless strategy has nothing to forget
         """Forget everything about the previous item."""
 
     @abstractmethod

@@ -250,7 +250,9 @@ class ConformanceKit:
                                               complete=self._complete(budget), seed=self.seed, run_dir=Path(run_dir))
                     try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
                         cell.prompt = contained("strategy", PluginRef("strategy", str(getattr(strategy, "name", "?"))),
-                                                lambda: strategy.apply(history, budget, context), Deadline(KIT_TIMEOUT_S))
+                                                # bound now: a call that outlives its deadline keeps its own cell
+                                                lambda h=history, b=budget, c=context: strategy.apply(h, b, c),
+                                                Deadline(KIT_TIMEOUT_S))
                     except PluginFailure as failure:
                         cell.error = failure.original if failure.original is not None else failure
                     cell.mutated = _fingerprint(history) != _fingerprint(item.history) or before != _item_fingerprint(item)

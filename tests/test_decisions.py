@@ -117,7 +117,7 @@ def test_gate_non_inferiority_uses_the_paired_interval(pilot):
 def test_gate_usage_errors_exit_2(pilot):
     assert _invoke("gate", str(pilot), "--margin", "0.1").exit_code == 2
     missing = _invoke("gate", str(pilot), "--candidate", "truncation@999")
-    assert missing.exit_code == 2 and f"no cell truncation@999" in missing.output and f"truncation@{BUDGET}" in missing.output
+    assert missing.exit_code == 2 and "no cell truncation@999" in missing.output and f"truncation@{BUDGET}" in missing.output
     assert _invoke("gate", str(pilot), "--candidate", "truncation").exit_code == 2
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from budgetbench_core import Message, MemoryStrategy, Param, Regime, StrategyContext
+from budgetbench_core import MemoryStrategy, Message, Param, Regime, StrategyContext
 
 from .embedding import DEFAULT_MODEL, get_embedder, resolve_model
 from .fill import fill_budget

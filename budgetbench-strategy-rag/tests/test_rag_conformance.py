@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from budgetbench_strategy_rag.strategies import LeanRetrieval, Rag
 
 

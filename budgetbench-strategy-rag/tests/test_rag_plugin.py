@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rag_support  # noqa: E402
+from budgetbench_strategy_rag.embedding import get_embedder  # noqa: E402
+from budgetbench_strategy_rag.units import assemble, make_units, split_text  # noqa: E402
 
 from budgetbench_core import Message, Regime  # noqa: E402
 from budgetbench_core.testing import registered  # noqa: E402
-from budgetbench_strategy_rag.embedding import get_embedder  # noqa: E402
-from budgetbench_strategy_rag.units import assemble, make_units, split_text  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["rag", "lean_retrieval"])

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rag_support  # noqa: E402
-
 from budgetbench_strategy_rag.embedding import get_embedder  # noqa: E402
 
 SWEEP = [2048, 512, 8192, 1024, 4096]

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from budgetbench_core import final_rows, hookimpl, read_manifest
 from rich.console import Console
 from rich.table import Table
+
+from budgetbench_core import final_rows, hookimpl, read_manifest
 
 from .loader import QUESTION_TYPES
 from .metrics import summarize
@@ -35,7 +36,7 @@ _SHORT = {"single-session-user": "SSU", "single-session-assistant": "SSA", "sing
 def ingest_drops(rows: dict[tuple, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """question_id -> one entry per arm that failed to ingest it (with the cause)."""
     dropped: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for (_, strategy, budget, repeat, qid), row in sorted(rows.items()):
+    for (_, strategy, _budget, _repeat, qid), row in sorted(rows.items()):
         if row["event"] == "error" and row.get("phase") == "ingest":
             dropped[qid].setdefault(strategy, {"strategy": strategy, "cause": row.get("cause")})
     return {qid: list(arms.values()) for qid, arms in sorted(dropped.items())}

@@ -20,8 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from budgetbench_core import Item, Message
-from budgetbench_core import EVIDENCE_ID_KEY, EVIDENCE_KEY
+from budgetbench_core import EVIDENCE_ID_KEY, EVIDENCE_KEY, Item, Message
 
 from .loader import is_abstention, parse_date
 

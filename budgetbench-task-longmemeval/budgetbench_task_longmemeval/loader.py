@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import ijson
+
 from budgetbench_core import TaskDataError
 
 QUESTION_TYPES = (

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from budgetbench_task_longmemeval.formatting import SYSTEM_PROMPT, to_item
 from budgetbench_task_longmemeval.loader import parse_date
 from budgetbench_task_longmemeval.task import LongMemEval

@@ -8,7 +8,6 @@ reviewed text changed and PROMPT_VERSION must change with it.
 import hashlib
 
 import pytest
-
 from budgetbench_task_longmemeval.judge_prompts import JUDGE_MAX_TOKENS, TEMPLATES, judge_prompt, read_verdict
 
 OPENING = "I will give you a question, a correct answer, and a response from a model. Please answer yes if the " \

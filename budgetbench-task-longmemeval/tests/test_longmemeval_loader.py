@@ -5,10 +5,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from budgetbench_core import TaskDataError
-
 from budgetbench_task_longmemeval.loader import QUESTION_TYPES, load_records
 from budgetbench_task_longmemeval.task import LongMemEval
+
+from budgetbench_core import TaskDataError
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"

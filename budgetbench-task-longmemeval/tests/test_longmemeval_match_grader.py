@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-from budgetbench_core import GradingContext, Item, Message
-
 from budgetbench_task_longmemeval.graders import LongMemEvalJudge, LongMemEvalMatch
 from budgetbench_task_longmemeval.task import LongMemEval
+
+from budgetbench_core import GradingContext, Item, Message
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"

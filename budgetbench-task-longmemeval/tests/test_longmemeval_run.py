@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from budgetbench_task_longmemeval.judge_prompts import PROMPT_VERSION, read_verdict
+from budgetbench_task_longmemeval.task import LongMemEval
+
 from budgetbench_core import (
     IngestFailure,
     IngestReport,
@@ -21,9 +24,6 @@ from budgetbench_core import (
     run,
 )
 from budgetbench_core.testing import invoke_cli, registry_with
-
-from budgetbench_task_longmemeval.judge_prompts import PROMPT_VERSION, read_verdict
-from budgetbench_task_longmemeval.task import LongMemEval
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
 ORACLE = DATA / "longmemeval_oracle.json"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas
 import pytest
-
-from budgetbench_core import TaskDataError
 from budgetbench_task_swebench.data import load_instances
 from budgetbench_task_swebench.task import SWEBenchVerified
+
+from budgetbench_core import TaskDataError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared" / "data" / "swebench" / "swebench_verified_mini.jsonl"

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from budgetbench_core import GradingContext, Item, Message
 from budgetbench_task_swebench.grader import PatchSimilarity
 from budgetbench_task_swebench.patches import extract_patch, parse_patch, similarity, strip_prefix
+
+from budgetbench_core import GradingContext, Item, Message
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT.parent / "shared" / "data" / "swebench" / "swebench_verified_mini.jsonl"

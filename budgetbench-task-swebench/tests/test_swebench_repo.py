@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from budgetbench_core import TaskDataError
 from budgetbench_task_swebench.repo import mentioned
 from budgetbench_task_swebench.task import SWEBenchVerified
+
+from budgetbench_core import TaskDataError
 
 FILES = {
     "calc/core.py": "def divide(a, b):\n    return a / b\n",

@@ -14,7 +14,15 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from budgetbench_core import AuxiliaryBudgetError, MemoryStrategy, Message, Regime, StrategyContext, hookimpl, keep_exchanges
+from budgetbench_core import (
+    AuxiliaryBudgetError,
+    MemoryStrategy,
+    Message,
+    Regime,
+    StrategyContext,
+    hookimpl,
+    keep_exchanges,
+)
 
 
 def newest_that_fit(history: Sequence[Message], room: int, context: StrategyContext) -> list[Message]:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,6 @@ def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_dif
                 "missing_items": " ".join(sorted(set(pair.missing_in_candidate) | set(pair.missing_in_reference))),
                 "dropped_ingest_loss": len(dropped)})
     return {"title": f"BudgetBench comparison of {len(runs)} runs", "written":
-            datetime.now(timezone.utc).isoformat(timespec="seconds"), "runs": run_rows,
+            datetime.now(UTC).isoformat(timespec="seconds"), "runs": run_rows,
             "reference_run": ref_name, "different_data": bool(different), "summary": summary,
             "paired": paired, "unmatched": unmatched}

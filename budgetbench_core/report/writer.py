@@ -6,16 +6,17 @@ import csv
 import json
 import math
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
 from .data import ReportError, RunData, load_run
-from .html import fmt, item_page_name, write_html
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
+from .html import fmt, item_page_name, write_html
 from .pivot import best_at_each_budget
 from .plots import write_plots
+
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], empty_columns: Iterable[str]) -> Path:
     columns = list(rows[0]) if rows else list(empty_columns)
@@ -164,7 +165,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
         return {
             "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
-            "run_dir": str(data.run_dir), "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "run_dir": str(data.run_dir), "written": datetime.now(UTC).isoformat(timespec="seconds"),
             "manifest": data.manifest, "header": run_header(data.manifest), "prompts_only": True,
             "evidence": evidence, "pivot": pivot, "evidence_pivot": evidence_pivot,
             "approximate": data.approximate, "error_policy": PROMPTS_ONLY_POLICY, "reference": reference,
@@ -192,7 +193,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     return {
         "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
         "run_dir": str(data.run_dir),
-        "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "written": datetime.now(UTC).isoformat(timespec="seconds"),
         "manifest": data.manifest,
         "header": run_header(data.manifest),
         "prompts_only": False,

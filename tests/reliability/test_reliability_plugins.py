@@ -22,7 +22,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from reliability_fault_server import FaultServer  # noqa: E402
 
-from budgetbench_core import Message, MemoryStrategy, Regime, RunConfig, Task, hookimpl, run  # noqa: E402
+from budgetbench_core import MemoryStrategy, Message, Regime, RunConfig, Task, hookimpl, run  # noqa: E402
 from budgetbench_core.plugins import PluginError, PluginInfo, load_registry  # noqa: E402
 from budgetbench_core.runlog import final_rows, read_manifest  # noqa: E402
 

@@ -29,9 +29,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from reliability_fault_server import FaultServer, messages_hash  # noqa: E402
 
 from budgetbench_core import Message, RunConfig, run  # noqa: E402
-from budgetbench_core.runner import RunConfigError  # noqa: E402
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer  # noqa: E402
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_manifest  # noqa: E402
+from budgetbench_core.runner import RunConfigError  # noqa: E402
 
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 KILLS = 5
@@ -126,7 +126,7 @@ def test_kill_nine_and_resume_matches_uninterrupted_run(tmp_path):
     by_hash = server.by_hash()
     cells_of_hash = Counter(audits.values())
     checked = 0
-    for (task, strategy, budget, repeat, item_id), row in resumed.items():
+    for (_task, strategy, budget, _repeat, item_id), row in resumed.items():
         prompt = audits.get((strategy, budget, item_id))
         if row["event"] != "result" or cells_of_hash[prompt] > 1:
             continue  # a prompt shared by two cells may legitimately be sent for the other one

@@ -25,8 +25,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from reliability_fault_server import FaultServer, messages_hash
 
 from budgetbench_core import (
-    IngestReport,
     Grader,
+    IngestReport,
     Item,
     MemoryStrategy,
     MemorySystem,

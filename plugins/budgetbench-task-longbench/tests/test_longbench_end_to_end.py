@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from budgetbench_task_longbench.task import LongBenchV2
 
 from budgetbench_core import RunConfig, final_rows, read_manifest, run
-from budgetbench_task_longbench.task import LongBenchV2
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT.parent / "shared" / "data" / "longbench_v2" / "longbench_v2_short_sample.json"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from budgetbench_task_longbench.grader import LongBenchChoice, extract_answer
 
 from budgetbench_core import GradingContext, Item, Message
-from budgetbench_task_longbench.grader import LongBenchChoice, extract_answer
 
 
 @pytest.mark.parametrize("reply, letter", [

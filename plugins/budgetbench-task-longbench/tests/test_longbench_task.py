@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
-
-from budgetbench_core import TaskDataError
 from budgetbench_task_longbench.chunking import chunk_text, count_tokens
 from budgetbench_task_longbench.data import load_records
 from budgetbench_task_longbench.task import ANSWER_FORMAT, LongBenchV2
+
+from budgetbench_core import TaskDataError
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT.parent / "shared" / "data" / "longbench_v2" / "longbench_v2_short_sample.json"

@@ -20,10 +20,10 @@ from budgetbench_core import TaskDataError
 
 from .airline import AirlineTools
 from .environment import Environment
-from .toolkit import Toolkit
 from .mock import MockTools, MockUserTools
 from .models import FlightDB, MockDB, MockUserDB, RetailDB
 from .retail import RetailTools
+from .toolkit import Toolkit
 
 DOMAINS: dict[str, tuple[type, type, tuple[type, type] | None]] = {
     "retail": (RetailDB, RetailTools, None),
@@ -215,7 +215,7 @@ def load_domain(name: str, folder: str | Path) -> Domain:
     domain = Domain(name, folder, (folder / "policy.md").read_text(encoding="utf-8"), tasks, splits, db_path,
                     user_db_path)
     try:
-        domain.environment().tools
+        _ = domain.environment().tools  # building the tools validates the database against the schema
     except TaskDataError:
         raise
     except Exception as exc:  # a database that does not fit the schema

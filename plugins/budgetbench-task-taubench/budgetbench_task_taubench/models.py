@@ -10,7 +10,7 @@ top-level databases forbid unknown keys, as upstream.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,7 +77,7 @@ class User(BaseModel):
     name: UserName
     address: UserAddress
     email: str
-    payment_methods: dict[str, Union[CreditCard, GiftCard, Paypal]]
+    payment_methods: dict[str, CreditCard | GiftCard | Paypal]
     orders: list[str]
 
 
@@ -112,13 +112,13 @@ class Order(BaseModel):
     status: OrderStatus
     fulfillments: list[OrderFullfilment]
     payment_history: list[OrderPayment]
-    cancel_reason: Optional[Literal["no longer needed", "ordered by mistake"]] = None
-    exchange_items: Optional[list[str]] = None
-    exchange_new_items: Optional[list[str]] = None
-    exchange_payment_method_id: Optional[str] = None
-    exchange_price_difference: Optional[float] = None
-    return_items: Optional[list[str]] = None
-    return_payment_method_id: Optional[str] = None
+    cancel_reason: Literal["no longer needed", "ordered by mistake"] | None = None
+    exchange_items: list[str] | None = None
+    exchange_new_items: list[str] | None = None
+    exchange_payment_method_id: str | None = None
+    exchange_price_difference: float | None = None
+    return_items: list[str] | None = None
+    return_payment_method_id: str | None = None
 
 
 class RetailDB(StrictDB):
@@ -146,7 +146,7 @@ class Name(BaseModel):
 
 class Address(BaseModel):
     address1: str
-    address2: Optional[str] = None
+    address2: str | None = None
     city: str
     country: str
     state: str
@@ -177,7 +177,7 @@ class Certificate(PaymentMethodBase):
 
 # Upstream's airline classes are also called CreditCard and GiftCard; validation errors of
 # these never reach the agent (no tool builds one), so only the schema has to agree.
-AirlinePaymentMethod = Union[AirlineCreditCard, AirlineGiftCard, Certificate]
+AirlinePaymentMethod = AirlineCreditCard | AirlineGiftCard | Certificate
 
 
 class Passenger(BaseModel):
@@ -220,8 +220,8 @@ class FlightDateStatusDelayed(BaseModel):
     estimated_arrival_time_est: str
 
 
-FlightDateStatus = Union[FlightDateStatusAvailable, FlightDateStatusLanded, FlightDateStatusCancelled,
-                         FlightDateStatusDelayed, FlightDataStatusFlying, FlightDataStatusOnTime]
+FlightDateStatus = (FlightDateStatusAvailable | FlightDateStatusLanded | FlightDateStatusCancelled
+                    | FlightDateStatusDelayed | FlightDataStatusFlying | FlightDataStatusOnTime)
 
 
 class FlightBase(BaseModel):
@@ -240,7 +240,7 @@ class DirectFlight(FlightBase):
     status: Literal["available"]
     scheduled_departure_time_est: str
     scheduled_arrival_time_est: str
-    date: Optional[str] = None
+    date: str | None = None
     available_seats: dict[CabinClass, int]
     prices: dict[CabinClass, int]
 
@@ -281,7 +281,7 @@ class Reservation(BaseModel):
     total_baggages: int
     nonfree_baggages: int
     insurance: Insurance
-    status: Optional[Literal["cancelled"]] = None
+    status: Literal["cancelled"] | None = None
 
 
 class FlightDB(StrictDB):
@@ -298,7 +298,7 @@ TaskStatus = Literal["pending", "completed"]
 class Task(BaseModel):
     task_id: str
     title: str
-    description: Optional[str] = None
+    description: str | None = None
     status: TaskStatus
 
 
@@ -319,7 +319,7 @@ class Notification(BaseModel):
     notification_id: str
     message: str
     status: Literal["unread", "read"] = "unread"
-    task_id: Optional[str] = None
+    task_id: str | None = None
 
 
 class MockUserDB(StrictDB):

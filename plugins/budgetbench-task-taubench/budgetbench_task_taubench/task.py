@@ -26,7 +26,7 @@ from budgetbench_core import Episode, EpisodicTask, Item, Message, Step, TaskDat
 from .actions import RESPOND, InvalidAction, parse_action, respond, system_prompt
 from .domain import DOMAINS, Domain, TaskRecord, load_domain
 from .grading import grade, initial_environment, initial_events
-from .users import STOP_TOKENS, TRANSFER, LLMUser, ScriptedUser
+from .users import STOP_TOKENS, LLMUser, ScriptedUser
 
 GREETING = "Hi! How can I help you today?"  # upstream's first agent message
 MAX_ERRORS = 10

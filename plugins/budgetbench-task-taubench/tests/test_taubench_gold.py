@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from budgetbench_task_taubench.grading import gold_replay, grade, initial_environment, initial_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

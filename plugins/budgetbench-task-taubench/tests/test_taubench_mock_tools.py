@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from budgetbench_core import TaskDataError
 from budgetbench_task_taubench.domain import load_domain
 from budgetbench_task_taubench.environment import dict_hash
 from budgetbench_task_taubench.grading import initial_environment
+
+from budgetbench_core import TaskDataError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from taubench_support import DATA, domain, needs_data  # noqa: E402
