@@ -89,3 +89,18 @@ def test_keep_exchanges_never_leaves_half_an_exchange():
     assert split_exchange([talk, call, result, reply, call2, result2]) is None
     assert "without the call" in split_exchange([talk, result, reply])
     assert "without its result" in split_exchange([call, reply])
+
+
+def test_report_summarises_episodes_per_cell():
+    from budgetbench_core.report.tables import episode_columns
+
+    def row(event, reward, turns, peak, end):
+        return {"event": event, "episode": {"reward": reward, "turns": turns, "calls": turns, "peak_prompt_tokens": peak,
+                                            "tool_errors": 1, "end_reason": end}}
+
+    columns = episode_columns([row("result", 1.0, 4, 900, "done"), row("violation", 0.0, 2, 1100, "violation"),
+                               row("error", 0.0, 1, 500, "error")])
+    assert columns == {"episodes": 3, "reward_mean": 0.5, "turns_mean": 3.0, "calls_mean": 3.0,
+                       "peak_prompt_tokens_max": 1100.0, "tool_errors_mean": 1.0,
+                       "end_reasons": "done 1; error 1; violation 1"}
+    assert episode_columns([{"event": "result", "quality": 1.0}]) == {}

@@ -106,6 +106,29 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "aux_prompt_tokens": int(sum(r.get("aux_prompt_tokens") or 0 for r in rows)),
         "aux_completion_tokens": int(sum(r.get("aux_completion_tokens") or 0 for r in rows)),
         "cost": float(sum(costs)) if costs else None,
+        **episode_columns(rows),
+    }
+
+
+def episode_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Agent episodes (rows with ``episode``): per-episode means of reward, turns and calls, the
+    largest prompt of any call, tool errors, and how the episodes ended (errors counted there
+    only, as they are left out of quality). Empty for other tasks."""
+    every = [r for r in rows if isinstance(r.get("episode"), dict)]
+    if not every:
+        return {}
+    ends: dict[str, int] = {}
+    for row in every:
+        ends[str(row["episode"].get("end_reason"))] = ends.get(str(row["episode"].get("end_reason")), 0) + 1
+    episodes = [r["episode"] for r in every if r["event"] != "error"]
+    return {
+        "episodes": len(every),
+        "reward_mean": _mean([float(e.get("reward") or 0.0) for e in episodes]),
+        "turns_mean": _mean([float(e.get("turns") or 0) for e in episodes]),
+        "calls_mean": _mean([float(e.get("calls") or 0) for e in episodes]),
+        "peak_prompt_tokens_max": _max([float(e.get("peak_prompt_tokens") or 0) for e in episodes]),
+        "tool_errors_mean": _mean([float(e.get("tool_errors") or 0) for e in episodes]),
+        "end_reasons": "; ".join(f"{k} {v}" for k, v in sorted(ends.items())),
     }
 
 
