@@ -33,6 +33,18 @@ def _without_nan(value):
     return value
 
 
+def _dumps(body: dict) -> str:
+    """One JSON line per simulated case, so a rerun's diff shows which figures moved."""
+    lines = []
+    for key, value in body.items():
+        if isinstance(value, list):
+            rows = ",\n  ".join(json.dumps(v, allow_nan=False) for v in value)
+            lines.append(f" {json.dumps(key)}: [\n  {rows}\n ]")
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value, allow_nan=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
 def _pct(value) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
@@ -79,7 +91,7 @@ def main() -> None:
                            "binary_mean_band": coverage.BINARY_MEAN_BAND, "verdict_ceiling": coverage.VERDICT_CEILING},
             "min_paired_items": stats.MIN_PAIRED_ITEMS, "pseudo_items": stats.PSEUDO,
             "rows": rows, "graded_methods": methods}
-    OUT.write_text(json.dumps(_without_nan(body), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    OUT.write_text(_dumps(_without_nan(body)), encoding="utf-8")
     sys.stdout.write(markdown(rows, methods) + "\n")
 
 
