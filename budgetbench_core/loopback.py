@@ -58,6 +58,27 @@ def default_reply(messages: list[dict[str, Any]]) -> str:
     return words[int(messages_hash(messages)[:8], 16) % len(words)]
 
 
+def send_headers(
+    handler: BaseHTTPRequestHandler, status: int, length: int, headers: dict[str, str] | None = None
+) -> None:
+    """Status line and headers of a JSON reply of ``length`` bytes (the body is the caller's)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(length))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+
+
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
+    """A whole JSON reply."""
+    data = json.dumps(payload).encode()
+    send_headers(handler, status, len(data), headers)
+    handler.wfile.write(data)
+
+
 @dataclass
 class Request:
     time: float
@@ -130,7 +151,7 @@ class FaultServer:
 
             def do_GET(self) -> None:
                 if not server._routed(self):
-                    server._send_json(self, 200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
+                    send_json(self, 200, {"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
 
             def do_POST(self) -> None:
                 if not server._routed(self):
@@ -172,7 +193,7 @@ class FaultServer:
         length = int(handler.headers.get("Content-Length") or 0)
         if length:
             handler.rfile.read(length)
-        self._send_json(handler, *answer)
+        send_json(handler, *answer)
         return True
 
     # ------------------------------------------------------------------ requests
@@ -185,19 +206,6 @@ class FaultServer:
         if rng.random() >= self.rate:
             return None
         return rng.choice(self.faults)
-
-    @staticmethod
-    def _send_json(
-        handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
-    ) -> None:
-        data = json.dumps(payload).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.end_headers()
-        handler.wfile.write(data)
 
     def _completion(self, content: str | None, prompt_tokens: int | None, usage: bool = True) -> dict:
         reply: dict[str, Any] = {
@@ -231,10 +239,10 @@ class FaultServer:
         try:
             if fault == "500":
                 record.status = 500
-                self._send_json(handler, 500, {"error": {"message": error_detail, "type": "server_error"}})
+                send_json(handler, 500, {"error": {"message": error_detail, "type": "server_error"}})
             elif fault == "429":
                 record.status = 429
-                self._send_json(
+                send_json(
                     handler,
                     429,
                     {"error": {"message": error_detail, "type": "rate_limit"}},
@@ -242,14 +250,11 @@ class FaultServer:
                 )
             elif fault == "400":
                 record.status = 400
-                self._send_json(handler, 400, {"error": {"message": error_detail, "type": "invalid_request_error"}})
+                send_json(handler, 400, {"error": {"message": error_detail, "type": "invalid_request_error"}})
             elif fault == "trickle":
                 record.status = 200
                 data = json.dumps(self._completion(self.reply(messages), prompt_tokens)).encode()
-                handler.send_response(200)
-                handler.send_header("Content-Type", "application/json")
-                handler.send_header("Content-Length", str(len(data)))
-                handler.end_headers()
+                send_headers(handler, 200, len(data))
                 for index in range(len(data)):
                     if self._release.wait(self.trickle_s):
                         break
@@ -265,18 +270,12 @@ class FaultServer:
                 record.status = 200
                 data = b'{"id": "chatcmpl-fault", "choices": [{"message": {"content": "Paris"'  # cut JSON
                 data += b", oops}}"
-                handler.send_response(200)
-                handler.send_header("Content-Type", "application/json")
-                handler.send_header("Content-Length", str(len(data)))
-                handler.end_headers()
+                send_headers(handler, 200, len(data))
                 handler.wfile.write(data)
             elif fault == "truncated":
                 record.status = 200
                 data = json.dumps(self._completion(self.reply(messages), prompt_tokens)).encode()
-                handler.send_response(200)
-                handler.send_header("Content-Type", "application/json")
-                handler.send_header("Content-Length", str(len(data)))
-                handler.end_headers()
+                send_headers(handler, 200, len(data))
                 handler.wfile.write(data[: len(data) // 2])
                 handler.wfile.flush()
                 handler.close_connection = True
@@ -288,7 +287,7 @@ class FaultServer:
                 if fault == "usage_mismatch" and prompt_tokens is not None:
                     served = prompt_tokens + USAGE_OFFSET
                 record.status = 200
-                self._send_json(handler, 200, self._completion(content, served, usage=fault != "no_usage"))
+                send_json(handler, 200, self._completion(content, served, usage=fault != "no_usage"))
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True  # the client gave up (timeout): nothing to send
 

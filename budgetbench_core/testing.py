@@ -457,12 +457,21 @@ def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str |
 
 # ----------------------------------------------------------------- fixtures and servers for tests
 
-from .loopback import EXTRA_FAULTS, FAULTS, NO_COMPLETION, USAGE_OFFSET, FaultServer, default_reply, messages_hash  # noqa: E402
+from .loopback import (  # noqa: E402
+    EXTRA_FAULTS,
+    FAULTS,
+    NO_COMPLETION,
+    USAGE_OFFSET,
+    FaultServer,
+    default_reply,
+    messages_hash,
+    send_json,
+)
 
 __all__ = [
     "EXTRA_FAULTS", "FAULTS", "NO_COMPLETION", "STANDARD_BUDGETS", "USAGE_OFFSET", "CheckResult", "ConformanceKit",
     "FaultServer", "default_reply", "embedded_backend", "embedded_model_file", "tokenizer_for", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
-    "open_kit", "registered", "registry_with", "shared_data", "standard_items", "strategy_context", "unreadable_session",
+    "open_kit", "registered", "registry_with", "send_json", "shared_data", "standard_items", "strategy_context", "unreadable_session",
 ]
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
