@@ -470,7 +470,7 @@ from .loopback import (  # noqa: E402
 
 __all__ = [
     "EXTRA_FAULTS", "FAULTS", "NO_COMPLETION", "STANDARD_BUDGETS", "USAGE_OFFSET", "CheckResult", "ConformanceKit",
-    "FaultServer", "default_reply", "embedded_backend", "embedded_model_file", "tokenizer_for", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
+    "FaultServer", "default_reply", "embedded_backend", "entry_point", "embedded_model_file", "tokenizer_for", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
     "open_kit", "registered", "registry_with", "send_json", "shared_data", "standard_items", "strategy_context", "unreadable_session",
 ]
 
@@ -548,6 +548,19 @@ def registry_with(*plugins: Any, distribution: str = "test-plugin", version: str
         name = distribution if len(plugins) == 1 else f"{distribution}-{index}"
         registry.add_plugin(plugin, PluginInfo(name, distribution, version))
     return registry
+
+
+def entry_point(distribution: str) -> Any:
+    """The one ``budgetbench`` entry point of an installed ``distribution`` (the naming rule:
+    one per distribution, named after it without ``budgetbench-``); fails the test otherwise."""
+    from importlib import metadata
+
+    points = [p for p in metadata.distribution(distribution).entry_points if p.group == "budgetbench"]
+    expected = distribution.removeprefix("budgetbench-")
+    if len(points) != 1 or points[0].name != expected:
+        raise AssertionError(f"{distribution} declares entry points {[p.name for p in points]}; "
+                             f"expected exactly one named {expected!r}")
+    return points[0]
 
 
 def invoke_cli(*args: str, env: dict[str, str] | None = None) -> Any:
