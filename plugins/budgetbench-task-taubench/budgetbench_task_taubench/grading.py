@@ -16,15 +16,15 @@ product of the components named in the task's ``reward_basis``:
 - COMMUNICATE: every ``communicate_info`` string occurs, case-insensitively, in an agent
   message with commas removed.
 
-NL_ASSERTION (LLM-judged) is **not** part of ``reward``: it is reported on its own
-(``nl_assertions``), judged only when a judge is given. A task without criteria, or without
+NL_ASSERTION (LLM-judged) is **not** part of ``reward``: the assertions are reported on their
+own (``nl_assertions``), not judged (no judge is wired in yet). A task without criteria, or without
 gold actions and assertions, passes its environment check, as upstream.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .domain import Domain, TaskRecord
@@ -134,13 +134,10 @@ def _actions(events: Sequence[dict[str, Any]], task: TaskRecord) -> list[dict[st
              "met": any(a.matches(c["name"], c["arguments"]) for c in calls)} for a in task.actions or ()]
 
 
-def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[dict[str, Any]], ended: str,
-          judge: Callable[[TaskRecord, Sequence[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[dict[str, Any]],
+          ended: str) -> dict[str, Any]:
     """The reward of an episode that left ``env`` in its final state; ``ended`` is why it stopped."""
-    nl = {"count": len(task.nl_assertions), "judged": False, "reward": None, "checks": []}
-    if judge is not None and task.nl_assertions:
-        checks = judge(task, events)
-        nl = {"count": len(checks), "judged": True, "reward": float(all(c["met"] for c in checks)), "checks": checks}
+    nl = {"count": len(task.nl_assertions), "judged": False, "assertions": task.nl_assertions}
     if ended not in ENDED_OK:
         return {"reward": 0.0, "breakdown": {}, "note": f"episode ended prematurely ({ended})", "nl_assertions": nl}
     if task.criteria is None:
