@@ -29,6 +29,18 @@ def signature(message: str) -> str:
     return re.sub(r"\d+(\.\d+)? ?s\b", "<t>", head).strip()
 
 
+def hint(message: str) -> str:
+    """What to change for the common transport errors."""
+    lowered = message.lower()
+    if "deadline" in lowered or "timeout" in lowered or "timed out" in lowered:
+        return " (a slow or overloaded server: raise --timeout or lower --max-concurrency)"
+    if "connect" in lowered or "refused" in lowered:
+        return " (is the server running? check --api-base)"
+    if "429" in lowered or "rate" in lowered:
+        return " (rate limited: lower --max-concurrency)"
+    return ""
+
+
 class FailFast:
     """Shared by every model call of a run (thread-safe)."""
 
@@ -76,7 +88,8 @@ class FailFast:
             self._last = same
             reached = self._streak >= self.max_consecutive
         if reached:
-            self._stop(f"the same transport error on {self.max_consecutive} calls in a row: {message}", fatal=False)
+            self._stop(f"the same transport error on {self.max_consecutive} calls in a row: {message}"
+                       f"{hint(message)}", fatal=False)
 
     def refused(self, message: str) -> None:
         self._stop(f"the server refused the run: {message}", fatal=True)
