@@ -332,3 +332,44 @@ def test_every_hook_has_docs_with_its_signature_and_a_test():
             f"docs/hooks.md has no section '## {name}({parameters})'"
         )
         assert re.search(rf"def test_hook_{name}[_(]", tests), f"no test_hook_{name}"
+
+
+# ----------------------------------------------------------------- shared data under CI
+
+
+def test_ci_turns_a_shared_data_skip_into_a_failure(tmp_path):
+    """Locally a test without ../shared/data is skipped; under CI=true it fails, whether it
+    asked through ``shared_data`` or skipped with a reason naming the folder."""
+    (tmp_path / "test_needs_data.py").write_text(
+        textwrap.dedent("""
+        import pytest
+        from budgetbench_core.testing import SHARED_DATA, shared_data
+
+        def test_helper():
+            shared_data("no-such-corpus/file.json")
+
+        @pytest.mark.skipif(True, reason=f"data not found in {SHARED_DATA / 'no-such-corpus'}")
+        def test_marker():
+            pass
+
+        def test_other_skip():
+            pytest.skip("no GPU here")
+        """)
+    )
+
+    def outcomes(ci: str) -> str:
+        env = {**os.environ, "CI": ci}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        return done.stdout
+
+    local, ci = outcomes(""), outcomes("true")
+    assert "3 skipped" in local
+    assert "FAILED" in ci and "test_helper" in ci and "ERROR" in ci and "test_marker" in ci
+    assert "SKIPPED" in ci and "no GPU here" in ci  # an unrelated skip stays a skip
