@@ -243,6 +243,10 @@ def _local_context(backend_class: type, config: Any, problems: list[str]) -> Mod
     except Exception as exc:  # model file missing: the message says which wheel or path
         problems.append(f"--model {config.model}: {exc}")
         return ModelContext()
+    path = getattr(backend, "model_path", None)
+    if path is not None and not path.is_file():
+        problems.append(f"--model {config.model}: no such model file {path}; give the path of a .gguf file")
+        return ModelContext()
     tokens = getattr(backend, "model_context", None)
     return ModelContext(tokens, f"the embedded model {backend.model_path.name}") if tokens else ModelContext()
 

@@ -139,6 +139,12 @@ def test_tokenizer_suggestions_by_family():
     assert "https://ollama.com/library/some-new-model" in unknown and "hf:<" in unknown
 
 
+def test_missing_gguf_file_is_named(tmp_path):
+    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", f"local:{tmp_path}/none.gguf",
+                         "-o", str(tmp_path / "r"))
+    assert_refused(result, "no such model file", "none.gguf", run_dir=tmp_path / "r")
+
+
 def test_budget_over_the_embedded_context_names_the_tiers_that_fit(tmp_path):
     result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-b", "4k 16k", "-o", str(tmp_path / "r"))
     assert_refused(result, "16384", "8192", '-b "2048 4096 8192"', run_dir=tmp_path / "r")
