@@ -61,6 +61,24 @@ def test_prompts_only_sends_nothing_and_reports_no_quality(tmp_path):
             assert row["violation_rate"] == "1.0" and float(row["evidence_all"]) == 0.0
     index = (out / "report" / "index.html").read_text()
     assert 'id="prompts-only"' in index and 'id="evidence-pivot"' in index and "quality (all" not in index
+    # gate and plan read a prompts-only run: admitted rows count as gated, quality is not invented.
+    gate = CliRunner().invoke(cli, ["gate", str(out)])
+    assert gate.exit_code == 1 and "FAIL  violation rate  full_context@160: 1.000 (6 of 6 rows)" in gate.output
+    ok = CliRunner().invoke(cli, ["gate", str(out), "--candidate", "checkpoint@160"])
+    assert ok.exit_code == 0 and "0.000 (0 of 6 rows)" in ok.output, ok.output
+    plan = CliRunner().invoke(cli, ["plan", str(out)])
+    assert plan.exit_code == 2 and "prompts-only run" in plan.output
+    # compare pairs prompts-only runs on evidence recall, over the items both have.
+    other = tmp_path / "po-truncation"
+    with FaultServer(rate=0.0) as server:
+        assert _run(*SYNTH[:2], "-s", "truncation", *SYNTH[8:], "--prompts-only", "--model", "openai/fault-model",
+                    "--api-base", server.url, "--tokenizer", "tiktoken:cl100k_base", "-o", str(other)).exit_code == 0
+    compared = CliRunner().invoke(cli, ["compare", str(out), str(other), "-o", str(tmp_path / "cmp")])
+    assert compared.exit_code == 0, compared.output
+    report = json.loads((tmp_path / "cmp" / "report.json").read_text())
+    assert report["metric"] == "evidence_all"
+    assert {(r["strategy"], r["delta"], r["paired_items"]) for r in report["paired"]} == {
+        ("truncation", 0.0, marked)}  # same prompts, same evidence
     # The same directory cannot be resumed as a full run: nothing of a prompts-only run is reused.
     with FaultServer(rate=0.0) as server:
         full = _run(*SYNTH, "--model", "openai/fault-model", "--api-base", server.url,

@@ -89,6 +89,9 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
     if delta == 0:
         raise click.UsageError("--delta must not be 0")
     data = load_run(pilot_dir, with_prompts=False)
+    if any(r["event"] == "admitted" for r in data.rows.values()):
+        raise click.UsageError(f"{pilot_dir} is a prompts-only run: it has no quality to plan from; "
+                               "plan from an answered pilot run")
     rows = plan_table(data, delta, margin, assume_delta, confidence, power)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str).replace("NaN", "null"))

@@ -19,7 +19,22 @@ from typing import Any
 
 from . import stats, tables
 from .data import ReportError, RunData, load_run
-from .pairing import pair_values
+from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
+from .pairing import Pair, pair_values
+
+
+def is_prompts_only(data: RunData) -> bool:
+    return bool(data.manifest.get("config", {}).get("prompts_only")) or any(
+        r["event"] == "admitted" for r in data.rows.values())
+
+
+def pair_evidence(candidate_rows: list[dict], reference_rows: list[dict], dropped: set[str]) -> Pair:
+    """Two cells' all-evidence-kept values over the marked items both have."""
+    cand = {k: v for k, v in item_evidence(candidate_rows)[0].items() if k not in dropped}
+    ref = {k: v for k, v in item_evidence(reference_rows)[0].items() if k not in dropped}
+    shared = sorted(set(cand) & set(ref))
+    return Pair([cand[i] for i in shared], [ref[i] for i in shared], shared, sorted(set(ref) - set(cand)),
+                sorted(set(cand) - set(ref)))
 
 
 def data_identity(manifest: dict[str, Any]) -> tuple[str, str]:
@@ -78,11 +93,18 @@ def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_dif
                          "git_commit": manifest.get("git_commit"), "data_basis": identity[0],
                          "data_hash": identity[1], "approximate": data.approximate,
                          "prompts_only": bool((manifest.get("config") or {}).get("prompts_only"))})
+    prompts_only = [is_prompts_only(r) for r in runs]
+    evidence = any(has_evidence(r.rows.values()) for r in runs)
     summary = []
-    for name, data in zip(names, runs):
+    for name, data, only in zip(names, runs, prompts_only):
         for (task, strategy, budget), rows in data.cells().items():
-            summary.append({"run": name, "task": task, "strategy": strategy, "budget": budget,
-                            **tables.cell_summary(rows, data.binary, budget)})
+            cells = prompts_only_summary(rows, budget) if only else {**tables.cell_summary(rows, data.binary, budget),
+                                                                     **(evidence_columns(rows) if evidence else {})}
+            summary.append({"run": name, "task": task, "strategy": strategy, "budget": budget, **cells})
+    # Quality when every run has it; evidence recall (all evidence kept) when any run is prompts-only.
+    metric = "evidence_all" if any(prompts_only) else "quality_all"
+    if metric == "evidence_all" and not evidence:
+        raise ReportError("a prompts-only run has no quality, and the task marks no evidence: nothing to compare")
     reference, ref_name = runs[0], names[0]
     ref_cells = reference.cells()
     paired, unmatched = [], []
@@ -95,7 +117,10 @@ def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_dif
                                   if cell in ref_cells else ref_name})
                 continue
             dropped = set(reference.ingest_losses().get(cell[0], {})) | set(data.ingest_losses().get(cell[0], {}))
-            pair = pair_values(cells[cell], ref_cells[cell], dropped)
+            if metric == "quality_all":
+                pair = pair_values(cells[cell], ref_cells[cell], dropped)
+            else:
+                pair = pair_evidence(cells[cell], ref_cells[cell], dropped)
             delta = stats.paired_delta(pair.candidate, pair.reference)
             paired.append({
                 "task": cell[0], "strategy": cell[1], "budget": cell[2], "run": name, "reference_run": ref_name,
@@ -108,5 +133,5 @@ def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_dif
                 "dropped_ingest_loss": len(dropped)})
     return {"title": f"BudgetBench comparison of {len(runs)} runs", "written":
             datetime.now(UTC).isoformat(timespec="seconds"), "runs": run_rows,
-            "reference_run": ref_name, "different_data": bool(different), "summary": summary,
+            "reference_run": ref_name, "different_data": bool(different), "metric": metric, "summary": summary,
             "paired": paired, "unmatched": unmatched}

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import stats
 from .data import RunData
+from .evidence import GATED  # result, violation, and a prompts-only run's admitted rows
 from .pairing import Cell, find_cell, pair_cells
 from .plan import plan_pair
 
@@ -48,7 +49,7 @@ def _cell_checks(cell: Cell, rows: list[dict[str, Any]], max_violation_rate: flo
                  min_items: int | None) -> list[Check]:
     violations = sum(r["event"] == "violation" for r in rows)
     errors = sum(r["event"] == "error" for r in rows)
-    scored = sum(r["event"] in ("result", "violation") for r in rows)
+    scored = sum(r["event"] in GATED for r in rows)
     checks = []
     if scored:
         rate = violations / scored
@@ -62,7 +63,7 @@ def _cell_checks(cell: Cell, rows: list[dict[str, Any]], max_violation_rate: flo
                         f"{error_rate:.3f} ({errors} of {len(rows)} rows) "
                         f"{'<=' if error_rate <= max_error_rate else '>'} {max_error_rate:.3f}"))
     if min_items is not None:
-        items = len({str(r["item_id"]) for r in rows if r["event"] in ("result", "violation")})
+        items = len({str(r["item_id"]) for r in rows if r["event"] in GATED})
         ok = items >= min_items
         checks.append(Check("items", _label(cell), ok,
                             f"{items} scored items {'>=' if ok else '<'} --min-items {min_items}"

@@ -315,15 +315,17 @@ def _comparison_markdown(context: dict[str, Any]) -> str:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return lines + ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows] + [""]
 
-    lines = [f"# {context['title']}", "", f"Reference run: {context['reference_run']}.", ""]
+    lines = [f"# {context['title']}", "", f"Reference run: {context['reference_run']}. Paired on "
+             + ("quality (all items, violations = 0)." if context["metric"] == "quality_all"
+                else "evidence recall (all evidence kept; a run is prompts-only)."), ""]
     if context["different_data"]:
         lines += ["**The runs were made on different task data** (--allow-different-data): paired items with the "
                   "same id may be different questions.", ""]
     lines += ["## Runs", ""] + table(context["runs"], ["run", "model", "tokenizer", "grader", "grader_version",
                                                         "core_version", "data_hash", "run_dir"])
     lines += ["## Cells", ""] + table(context["summary"], [
-        "task", "strategy", "budget", "run", "n_items", "violation_rate", "errors", "quality_all", "quality_all_low",
-        "quality_all_high"])
+        "task", "strategy", "budget", "run", "n_items", "violation_rate", "errors", context["metric"],
+        context["metric"] + "_low", context["metric"] + "_high"])
     lines += ["## Paired against the reference run", ""] + table(context["paired"], [
         "task", "strategy", "budget", "run", "reference_run", "paired_items", "delta", "delta_low", "delta_high",
         "result", "missing_in_run", "missing_in_reference", "missing_items"])
@@ -346,7 +348,7 @@ def write_comparison(run_dirs: list[Path], out: Path, labels: Iterable[str] = ()
     curves = [r | {"strategy": f"{r['run']}: {r['strategy']}"} for r in context["summary"]]
     plot = out / "quality_vs_budget.png"
     quality_vs_budget(curves, sorted({r["task"] for r in curves}),
-                      " (approximate counts)" if approximate else "", plot)
+                      " (approximate counts)" if approximate else "", plot, context["metric"])
     paths = {"plot_quality": plot,
              "summary_csv": _write_csv(out / "summary.csv", context["summary"], ["run", "task", "strategy", "budget"]),
              "paired_csv": _write_csv(out / "paired.csv", context["paired"],
