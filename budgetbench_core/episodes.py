@@ -23,6 +23,7 @@ that separates a result from its call.
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -248,7 +249,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             last_reply = completion.text
             before = len(user.calls)
             try:
-                step = contained("episode", task_ref, lambda text=completion.text: episode.step(text),
+                step = contained("episode", task_ref, functools.partial(episode.step, completion.text),
                                  Deadline(run.config.item_timeout_s))
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")

@@ -34,6 +34,7 @@ loopback OpenAI-compatible server with fault modes), ``invoke_cli`` (the real
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -251,7 +252,7 @@ class ConformanceKit:
                     try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
                         cell.prompt = contained("strategy", PluginRef("strategy", str(getattr(strategy, "name", "?"))),
                                                 # bound now: a call that outlives its deadline keeps its own cell
-                                                lambda h=history, b=budget, c=context: strategy.apply(h, b, c),
+                                                functools.partial(strategy.apply, history, budget, context),
                                                 Deadline(KIT_TIMEOUT_S))
                     except PluginFailure as failure:
                         cell.error = failure.original if failure.original is not None else failure
