@@ -627,9 +627,9 @@ class Run:
             return
         cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
         deadline = Deadline(self.config.item_timeout_s)
-        channel = AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)
-        if self.config.prompts_only:
-            channel = _no_model_calls
+        channel: Callable[[Sequence[Message], int, str], str] = (
+            _no_model_calls if self.config.prompts_only
+            else AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline))
         context = StrategyContext(item=view, budget=budget, counter=self.counter, seed=self.config.seed + repeat,
                                   run_dir=self.run_dir, complete=channel)
         try:
@@ -780,8 +780,6 @@ class Run:
             done = self._done = self._finished_cells(previous, identity)
             invoked = now()
             manifest = self._manifest(tokenizer, (previous or {}).get("started", invoked), identity)
-            manifest["selected_items"] = {self.config.task: {"count": len(items), "ids": [item.id for item in items],
-                                                             "complete": True}}
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
             manifest["invocations"] = [*(previous or {}).get("invocations", []),
                                        {"started": invoked, "finished": None, "calls_made": None}]
@@ -810,7 +808,8 @@ class Run:
                 manifest["invocations"][-1] = {"started": invoked, "finished": None if self._stop.is_set() else now(),
                                                "calls_made": calls}
                 manifest["calls_made"] = sum(i["calls_made"] or 0 for i in manifest["invocations"])
-                manifest["selected_items"] = {self.config.task: {"ids": self.selected_ids,
+                manifest["selected_items"] = {self.config.task: {"count": len(self.selected_ids),
+                                                                 "ids": self.selected_ids,
                                                                  "complete": not self._stop.is_set()}}
                 write_json_atomic(self.run_dir / "manifest.json", manifest)
         finally:

@@ -98,9 +98,9 @@ def compare_runs(run_dirs: Sequence[Path], labels: Sequence[str] = (), allow_dif
     summary = []
     for name, data, only in zip(names, runs, prompts_only):
         for (task, strategy, budget), rows in data.cells().items():
-            cells = prompts_only_summary(rows, budget) if only else {**tables.cell_summary(rows, data.binary, budget),
-                                                                     **(evidence_columns(rows) if evidence else {})}
-            summary.append({"run": name, "task": task, "strategy": strategy, "budget": budget, **cells})
+            columns = prompts_only_summary(rows, budget) if only else {
+                **tables.cell_summary(rows, data.binary, budget), **(evidence_columns(rows) if evidence else {})}
+            summary.append({"run": name, "task": task, "strategy": strategy, "budget": budget, **columns})
     # Quality when every run has it; evidence recall (all evidence kept) when any run is prompts-only.
     metric = "evidence_all" if any(prompts_only) else "quality_all"
     if metric == "evidence_all" and not evidence:
