@@ -287,7 +287,9 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
         peak = summary["peak_prompt_tokens"]
         cell.finish(Result, prediction=last_reply, completion=last_reply, answer=json_safe_or_empty(item.answer),
                     quality=reward, verdict=json_safe_or_empty(graded),
-                    grader={"name": f"{task.name}:episode-outcome", "version": str(task.outcome_version)},
+                    # the run's grader is named (reports check it); the quality is the episode's reward
+                    grader={"name": run.grader_name, "version": str(run.grader.version),
+                            "episode_outcome": f"{task.name} {task.outcome_version}"},
                     prompt_tokens=peak, served_prompt_tokens=peak_served,
                     served_count_matches=summary["served_counts_match"], completion_tokens=int(completion_tokens),
                     utilisation=peak / budget, latency_s=latency, strategy_s=time.perf_counter() - started - latency,
