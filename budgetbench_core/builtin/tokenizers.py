@@ -114,7 +114,7 @@ class ServerTokenizer(Tokenizer):
         many special tokens were cut out."""
         pieces, found = [text], 0
         for special in specials:
-            cut = []
+            cut: list[str] = []
             for piece in pieces:
                 parts = piece.split(special)
                 found += len(parts) - 1
@@ -135,7 +135,7 @@ class ServerTokenizer(Tokenizer):
                     self._pieces.popitem(last=False)
             found = dict(zip(missing, counted))
             known = [found[k] if n is None else n for k, n in zip(keys, known)]
-        return sum(known)
+        return sum(n for n in known if n is not None)  # every piece is counted by now
 
     def _count_new(self, pieces: list[str]) -> list[int]:
         """Counts of ``pieces``; a large batch is split in two concurrent requests, since
@@ -226,6 +226,7 @@ class ServerTokenizer(Tokenizer):
     def _frame(self, role: str) -> tuple[str, str] | None:
         """The template text on either side of a ``role`` message's content, up to the
         nearest special tokens: the piece the content is tokenised in."""
+        specials = self._specials or []
         if role not in self._frames:
             closing = Message("assistant" if role == "user" else "user", "q")
             rendered = self.render([Message(role, self._MARK), closing])
@@ -233,9 +234,9 @@ class ServerTokenizer(Tokenizer):
             frame = None
             if at >= 0 and rendered.count(self._MARK) == 1:
                 end = at + len(self._MARK)
-                left = max((rendered.rfind(s, 0, at) + len(s) for s in self._specials if rendered.rfind(s, 0, at) >= 0),
+                left = max((rendered.rfind(s, 0, at) + len(s) for s in specials if rendered.rfind(s, 0, at) >= 0),
                            default=0)
-                right = min((i for i in (rendered.find(s, end) for s in self._specials) if i >= 0), default=len(rendered))
+                right = min((i for i in (rendered.find(s, end) for s in specials) if i >= 0), default=len(rendered))
                 frame = (rendered[left:at], rendered[end:right])
             self._frames[role] = frame
         return self._frames[role]
@@ -249,12 +250,13 @@ class ServerTokenizer(Tokenizer):
         the exact count of a prompt then finds its pieces cached.
         """
         self._prepare()
-        frame = self._frame(role) if self._specials else None
-        if frame is None:
+        specials = self._specials
+        frame = self._frame(role) if specials else None
+        if frame is None or not specials:
             return self.count_text(content)
         if self._vocabulary is not None:
             return self._vocabulary.count(frame[0] + content + frame[1])
-        return self._split_count(frame[0] + content + frame[1], self._specials)
+        return self._split_count(frame[0] + content + frame[1], specials)
 
 
 class TiktokenTokenizer(Tokenizer):
@@ -322,7 +324,8 @@ class HuggingFaceTokenizer(Tokenizer):
         self.info = TokenizerInfo(id=f"{kind}:{ident}", backend=f"transformers-{kind}", exact=kind == "hf")
 
     def render(self, messages: Sequence[Message]) -> str:
-        return self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False, add_generation_prompt=True)
+        return str(self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False,
+                                                 add_generation_prompt=True))  # a str with tokenize=False
 
     def count_text(self, text: str) -> int:
         return len(self._tok(text, add_special_tokens=False)["input_ids"])
