@@ -9,6 +9,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 from rich import box
@@ -365,10 +366,10 @@ cli.add_command(data)
 def plugin_rows() -> list[dict]:
     """One row per registered name, plus one per plugin that failed to load."""
     registry = get_registry()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kind, entries in registry.entries.items():
         for name, entry in sorted(entries.items()):
-            row = {"name": name, "kind": kind, "plugin": entry.plugin.name, "distribution": entry.plugin.distribution,
+            row: dict[str, Any] = {"name": name, "kind": kind, "plugin": entry.plugin.name, "distribution": entry.plugin.distribution,
                    "version": entry.plugin.version, "hooks": entry.plugin.hooks}
             regime = getattr(entry.obj, "regime", None)
             if kind == "strategy":
