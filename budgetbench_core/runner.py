@@ -32,8 +32,7 @@ from typing import Any
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
 from .cell import AuxChannel, CellKey, CellLog
-from .executors import Executor, Unit
-from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
+from .episodes import EpisodicTask, run_episode
 from .events import (
     FINAL_EVENTS,
     SCHEMA_VERSION,
@@ -46,6 +45,8 @@ from .events import (
     Warning,
 )
 from .evidence import EvidenceMarkError, evidence_marks, evidence_outcome
+from .executors import Executor, Unit
+from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
 from .graders import Grader, GradingContext
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
@@ -54,7 +55,6 @@ from .messages import Item, Message
 from .model_calls import CallFailed, ModelCaller
 from .plugins import PluginError, Registry, get_registry
 from .runlog import EventLog, iter_events, now, read_manifest, repair_torn_tails, write_json_atomic
-from .scheduling import RunJob, window_shuffle, window_size
 from .sandbox import (
     Deadline,
     PluginFailure,
@@ -69,8 +69,8 @@ from .sandbox import (
     private_copy,
     validate_prompt,
 )
+from .scheduling import RunJob, window_shuffle, window_size
 from .shards import Shard, ShardError
-from .episodes import EpisodicTask, run_episode
 from .strategies import MemoryStrategy, StrategyContext
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
@@ -677,6 +677,8 @@ class Run:
             if unit.todo:
                 yield unit
         self._announce(final=True)
+
+    _announced: tuple[int, float] = (-1, 0.0)  # (cells announced, when)
 
     def _announce(self, final: bool = False) -> None:
         """Tell ``on_start`` the cell totals known so far: once the first window is read, again

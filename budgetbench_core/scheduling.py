@@ -14,6 +14,7 @@ picklable recipe a remote worker rebuilds the run from (``RemoteWorker``): the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .backends import Completion
 from .cell import CellLog
@@ -36,6 +37,7 @@ from .runlog import now
 from .tokenizers import PromptCounter
 
 if TYPE_CHECKING:
+    from .cache import ResponseCache
     from .runner import Run, RunConfig
 
 TERMINAL_KINDS = ("result", "violation", "error", "admitted")
@@ -98,7 +100,7 @@ class RunJob(Job):
             for row, path in outcome.events:
                 run.log.append(row, run.run_dir / path if path else None)
                 if row.get("event") in TERMINAL_KINDS and path is None:
-                    run._tally(row["event"])
+                    run._tally(row["event"], row)  # counted, and shown as finished (not resumed) by the display
             self.remote_calls += outcome.calls_made
         self.progress(unit.strategy, len(unit.todo))
 
@@ -174,22 +176,19 @@ class _ReplyMemo:
             self.new.append((key, completion))
 
 
-class _Leased:
-    """``with slots:`` for ``ModelCaller``: each entry takes a lease from the executor's
-    cluster-wide ``Slots`` for this model, so ``-j`` holds across every worker."""
+class _ClusterCaller(ModelCaller):
+    """A worker's ``ModelCaller``: each attempt first takes a lease from the executor's
+    cluster-wide ``slots`` for this model (so ``-j`` holds across every worker), and only then
+    starts the attempt's deadline: waiting for a connection is not the server being slow."""
 
-    def __init__(self, slots: Slots, key: str) -> None:
-        self.slots = slots
-        self.key = key
-        self._held = threading.local()
+    slots: Slots | None = None
 
-    def __enter__(self) -> None:
-        lease: AbstractContextManager[Any] = self.slots(self.key)
-        lease.__enter__()
-        self._held.__dict__.setdefault("stack", []).append(lease)
-
-    def __exit__(self, *exc: object) -> None:
-        self._held.stack.pop().__exit__(*exc)
+    def _attempt(self, messages: Any, params: Any, outer: Any) -> Completion:
+        if self.slots is None:
+            return super()._attempt(messages, params, outer)
+        lease: AbstractContextManager[Any] = self.slots(json.dumps(self.backend.cache_identity()))
+        with lease:
+            return super()._attempt(messages, params, outer)
 
 
 class RemoteWorker(UnitWorker):
@@ -203,7 +202,7 @@ class RemoteWorker(UnitWorker):
             def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
                 return spec.task if kind == "task" else super()._instantiate(kind, name, **params)
 
-        run = WorkerRun(spec.config, get_registry())
+        run: Any = WorkerRun(spec.config, get_registry())  # filled in below as the driver fills its own
         for backend, address in ((run.backend, spec.backend_address), (run.judge_backend, spec.judge_address)):
             if backend is None:
                 continue
@@ -226,14 +225,15 @@ class RemoteWorker(UnitWorker):
         run.run_dir = Path(tempfile.gettempdir()) / "budgetbench-worker" / f"{spec.run_key}-{os.getpid()}"
         run.run_dir.mkdir(parents=True, exist_ok=True)
         self.memo = _ReplyMemo()
+        cache = cast("ResponseCache", self.memo)  # to ModelCaller it is a cache: lookup and put
         config = run.config
-        run.caller = ModelCaller(run.backend, self.memo, config.max_concurrency, config.retries,
+        run.caller = _ClusterCaller(run.backend, cache, config.max_concurrency, config.retries,
                                  timeout_s=config.timeout_s, plugin=run.ref("backend", run.backend_name))
         run.judge_caller = run.caller
         if run.judge_backend:
-            run.judge_caller = ModelCaller(run.judge_backend, self.memo, config.max_concurrency, config.retries,
-                                           timeout_s=config.timeout_s,
-                                           plugin=run.ref("backend", run.judge_backend.name))
+            run.judge_caller = _ClusterCaller(run.judge_backend, cache, config.max_concurrency, config.retries,
+                                              timeout_s=config.timeout_s,
+                                              plugin=run.ref("backend", run.judge_backend.name))
         run.grading_context = GradingContext(judge=run._judge, judge_model=config.judge_model or config.model)
         self._run = run
 
@@ -244,9 +244,10 @@ class RemoteWorker(UnitWorker):
     def run(self, unit: Unit, slots: Slots | None = None) -> UnitOutcome:
         run = self._run
         callers = {id(c): c for c in (run.caller, run.judge_caller)}.values()
-        if slots is not None:
-            for caller in callers:
-                caller._slots = _Leased(slots, json.dumps(caller.backend.cache_identity()))
+        for caller in callers:
+            caller.slots = slots
+            if slots is not None:
+                caller._slots = contextlib.nullcontext()  # the lease is the limit; a local one would add to it
         calls_before = sum(c.calls_made for c in callers)
         before = self._files()
         run.log = buffer = _BufferLog(run.run_dir)

@@ -9,8 +9,9 @@ written, so a unit is never half-recorded. A unit that still cannot finish becom
 rows (phase ``executor``) that a resumed run retries.
 
 Model connections are limited per model across the whole cluster by one small actor
-holding ``-j`` leases per model; a lease whose holder died expires after the call deadline
-(``--timeout``) plus a margin, so a lost worker cannot starve the others.
+holding ``-j`` leases per model. A holder renews its lease every few seconds while its call
+runs; the lease of a worker that died expires within ``LEASE_TTL_S``, so a lost worker cannot
+starve the others.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import asyncio
 import itertools
 import logging
 import os
+import threading
 import time
 from typing import Any, ClassVar
 
 from budgetbench_core import Executor, Job, Unit, hookimpl
 
-LEASE_MARGIN_S = 30.0
+LEASE_TTL_S = 10.0  # a lease not renewed for this long is free again (its holder died)
+RENEW_S = 2.0
 
 
 def _ray():
@@ -40,9 +43,9 @@ def _limiter_class():
     class Limiter:
         """``capacity`` leases per model key; asyncio so waiting holders do not block releases."""
 
-        def __init__(self, capacity: int, lease_s: float) -> None:
+        def __init__(self, capacity: int) -> None:
             self.capacity = max(1, capacity)
-            self.lease_s = lease_s
+            self.lease_s = LEASE_TTL_S
             self.leases: dict[str, dict[int, float]] = {}
             self.ids = itertools.count()
             self.changed = asyncio.Condition()
@@ -71,6 +74,11 @@ def _limiter_class():
                     except TimeoutError:
                         pass
 
+        async def renew(self, key: str, lease: int) -> None:
+            held = self.leases.get(key, {})
+            if lease in held:
+                held[lease] = time.monotonic() + self.lease_s
+
         async def release(self, key: str, lease: int) -> None:
             async with self.changed:
                 self.leases.get(key, {}).pop(lease, None)
@@ -83,7 +91,7 @@ def _limiter_class():
 
 
 class _Slot:
-    """One lease of the cluster-wide limiter, held around one model call."""
+    """One lease of the cluster-wide limiter, held (and renewed) around one model call."""
 
     def __init__(self, limiter: Any, key: str) -> None:
         self.limiter = limiter
@@ -91,8 +99,15 @@ class _Slot:
 
     def __enter__(self) -> None:
         self.lease = _ray().get(self.limiter.acquire.remote(self.key))
+        self.done = threading.Event()
+        threading.Thread(target=self._renew, daemon=True, name="lease-renewal").start()
 
-    def __exit__(self, *exc: object) -> None:
+    def _renew(self) -> None:
+        while not self.done.wait(RENEW_S):
+            self.limiter.renew.remote(self.key, self.lease)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done.set()
         self.limiter.release.remote(self.key, self.lease)
 
 
@@ -159,7 +174,7 @@ class RayExecutor(Executor):
 
     def _execute(self, ray: Any, job: Job) -> None:
         retries = self.settings.get("retries", 3)
-        limiter = _limiter_class().remote(job.max_concurrency, job.timeout_s + LEASE_MARGIN_S)
+        limiter = _limiter_class().remote(job.max_concurrency)
         unit_cpus = self.settings.get("unit_cpus", 1.0)
         run_unit = ray.remote(num_cpus=unit_cpus, max_retries=retries, retry_exceptions=False)(_run_unit)
         spec = ray.put(job.worker_spec())
