@@ -112,8 +112,10 @@ class Executor(ABC):
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
         if unknown:
-            raise ValueError(f"executor {self.name!r} has no option {', '.join(unknown)}; "
-                             f"its options: {', '.join(sorted(self.options)) or 'none'}")
+            raise ValueError(
+                f"executor {self.name!r} has no option {', '.join(unknown)}; "
+                f"its options: {', '.join(sorted(self.options)) or 'none'}"
+            )
         self.settings = options
 
     @abstractmethod

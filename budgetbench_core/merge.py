@@ -28,9 +28,24 @@ from .runlog import TERMINAL_EVENTS, RunLogError, cell_files, now, read_manifest
 from .shards import Shard
 
 # Until every manifest carries a run_key: the config fields that make two runs one experiment.
-_IDENTITY_CONFIG = ("task", "task_options", "strategies", "strategy_params", "budgets", "repeats", "model",
-                    "api_base", "tokenizer", "grader", "judge_model", "limit", "seed", "temperature",
-                    "max_output_tokens", "max_ingest_loss")
+_IDENTITY_CONFIG = (
+    "task",
+    "task_options",
+    "strategies",
+    "strategy_params",
+    "budgets",
+    "repeats",
+    "model",
+    "api_base",
+    "tokenizer",
+    "grader",
+    "judge_model",
+    "limit",
+    "seed",
+    "temperature",
+    "max_output_tokens",
+    "max_ingest_loss",
+)
 # Files of a run directory that merge writes itself rather than copies.
 _OWN = {"manifest.json", "cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", ".lock"}
 _SKIPPED_DIRS = {"cells", "report"}
@@ -86,8 +101,9 @@ def _not_running(run_dirs: Sequence[Path]) -> Iterator[None]:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise MergeError(f"{run_dir} is in use by a running budgetbench run; merge it when it has "
-                                 f"finished") from None
+                raise MergeError(
+                    f"{run_dir} is in use by a running budgetbench run; merge it when it has finished"
+                ) from None
         yield
 
 
@@ -133,8 +149,10 @@ def _copy_extra(source_root: Path, target_root: Path) -> None:
         target = target_root / relative
         if target.exists():
             if target.read_bytes() != path.read_bytes():
-                raise MergeError(f"{relative} differs between the shards ({source_root} and an earlier input): "
-                                 f"the shards did not compute the same thing")
+                raise MergeError(
+                    f"{relative} differs between the shards ({source_root} and an earlier input): "
+                    f"the shards did not compute the same thing"
+                )
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
@@ -165,8 +183,9 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
         changed = sorted(k for k in reference.keys() | identity.keys() if reference.get(k) != identity.get(k))
         if changed:
             details = "; ".join(f"{k}: {reference.get(k)!r} in {inputs[0]} but {identity.get(k)!r}" for k in changed)
-            raise MergeError(f"{run_dir} is a different run from {inputs[0]} ({details}); only shards of one "
-                             f"run can be merged")
+            raise MergeError(
+                f"{run_dir} is a different run from {inputs[0]} ({details}); only shards of one run can be merged"
+            )
 
     coverage = [_covered(run_dir, manifest) for run_dir, manifest in zip(inputs, manifests)]
     counts = {count for count, _ in coverage}
@@ -178,14 +197,20 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
     for run_dir, (_, indices) in zip(inputs, coverage):
         for index in sorted(indices):
             if index in seen:
-                what = "the whole run (it was made without --shard)" if shard_count == 1 else f"shard {index}/{shard_count}"
+                what = (
+                    "the whole run (it was made without --shard)"
+                    if shard_count == 1
+                    else f"shard {index}/{shard_count}"
+                )
                 raise MergeError(f"{run_dir} and {seen[index]} both hold {what}: each shard may be merged once")
             seen[index] = run_dir
     missing = sorted(set(range(1, shard_count + 1)) - seen.keys())
     if missing and not allow_partial:
-        raise MergeError(f"shards {', '.join(f'{i}/{shard_count}' for i in missing)} are missing; merge them too, "
-                         f"or pass --allow-partial to merge an incomplete run (a later run of the same command "
-                         f"without --shard on the merged directory fills in the missing units)")
+        raise MergeError(
+            f"shards {', '.join(f'{i}/{shard_count}' for i in missing)} are missing; merge them too, "
+            f"or pass --allow-partial to merge an incomplete run (a later run of the same command "
+            f"without --shard on the merged directory fills in the missing units)"
+        )
 
     task = manifests[0]["config"]["task"]
     run_key = reference.get("run_key")
@@ -211,13 +236,18 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
                             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                                 raise RunLogError(f"{path}: line {number} is not valid JSON ({exc})") from None
                             if run_key and event.get("run_key") not in (None, run_key):
-                                raise MergeError(f"{path}: line {number} carries run_key {event.get('run_key')!r}, "
-                                                 f"not the run's {run_key!r}")
-                            if not any(s.owns(event.get("task", task), event["strategy"], event["item_id"])
-                                       for s in shards):
-                                raise MergeError(f"{path}: line {number} (strategy {event['strategy']!r}, item "
-                                                 f"{event['item_id']!r}) does not belong to the shards this "
-                                                 f"directory holds ({', '.join(map(str, shards))})")
+                                raise MergeError(
+                                    f"{path}: line {number} carries run_key {event.get('run_key')!r}, "
+                                    f"not the run's {run_key!r}"
+                                )
+                            if not any(
+                                s.owns(event.get("task", task), event["strategy"], event["item_id"]) for s in shards
+                            ):
+                                raise MergeError(
+                                    f"{path}: line {number} (strategy {event['strategy']!r}, item "
+                                    f"{event['item_id']!r}) does not belong to the shards this "
+                                    f"directory holds ({', '.join(map(str, shards))})"
+                                )
                             sink.write(line)
                             rows += 1
                             terminal += event.get("event") in TERMINAL_EVENTS
@@ -228,10 +258,20 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
             manifest["config"]["shard"] = None
             manifest["config"]["out"] = str(out)
             manifest["shards"] = {"count": shard_count, "merged": sorted(seen), "missing": missing}
-            manifest["merged"] = {"at": now(), "from": [
-                {"path": str(d), "shards": sorted(c[1]), "host": m.get("host"), "git_commit": m.get("git_commit"),
-                 "started": m.get("started"), "calls_made": m.get("calls_made")}
-                for d, c, m in zip(inputs, coverage, manifests)]}
+            manifest["merged"] = {
+                "at": now(),
+                "from": [
+                    {
+                        "path": str(d),
+                        "shards": sorted(c[1]),
+                        "host": m.get("host"),
+                        "git_commit": m.get("git_commit"),
+                        "started": m.get("started"),
+                        "calls_made": m.get("calls_made"),
+                    }
+                    for d, c, m in zip(inputs, coverage, manifests)
+                ],
+            }
             manifest["started"] = min(m.get("started") or "" for m in manifests) or None
             manifest["invocations"] = [i for m in manifests for i in m.get("invocations", [])]
             manifest["calls_made"] = sum(m.get("calls_made") or 0 for m in manifests)
@@ -252,8 +292,13 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
 def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool) -> None:
     """Combine the shard directories of one run (--shard i/N) into one run directory."""
     summary = merge_runs(runs, out, allow_partial=allow_partial)
-    missing = f", missing {', '.join(f'{i}/{summary.shard_count}' for i in summary.missing_shards)}" \
-        if summary.missing_shards else ""
-    click.echo(f"{summary.out}: merged {len(summary.inputs)} directories (shards "
-               f"{', '.join(f'{i}/{summary.shard_count}' for i in summary.shards)}{missing}), {summary.rows} rows, "
-               f"{summary.terminal_rows} terminal, {summary.cache_entries} cached replies")
+    missing = (
+        f", missing {', '.join(f'{i}/{summary.shard_count}' for i in summary.missing_shards)}"
+        if summary.missing_shards
+        else ""
+    )
+    click.echo(
+        f"{summary.out}: merged {len(summary.inputs)} directories (shards "
+        f"{', '.join(f'{i}/{summary.shard_count}' for i in summary.shards)}{missing}), {summary.rows} rows, "
+        f"{summary.terminal_rows} terminal, {summary.cache_entries} cached replies"
+    )

@@ -84,10 +84,15 @@ class RunJob(Job):
         if self._spec is None:
             run = self.run
             self._spec = RemoteSpec(
-                key=f"{run.run_key}:{uuid.uuid4().hex}", config=run.config, run_key=run.run_key, task=run.task,
-                tokenizer_info=run.tokenizer_info, versions=run._plugin_versions(),
+                key=f"{run.run_key}:{uuid.uuid4().hex}",
+                config=run.config,
+                run_key=run.run_key,
+                task=run.task,
+                tokenizer_info=run.tokenizer_info,
+                versions=run._plugin_versions(),
                 backend_address=_address(run.backend),
-                judge_address=_address(run.judge_backend) if run.judge_backend else {})
+                judge_address=_address(run.judge_backend) if run.judge_backend else {},
+            )
         return self._spec
 
     def record(self, unit: Unit, outcome: UnitOutcome) -> None:
@@ -212,6 +217,7 @@ class RemoteWorker(UnitWorker):
                 backend.start()  # e.g. litellm's import, seconds on a busy machine: not in a call's deadline
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm  # noqa: F401 - a core dependency; warmed here for the embedded model's copy too
+
         tokenizer = run._tokenizer()
         run.counter = PromptCounter(tokenizer)
         run.tokenizer_info = tokenizer.info.to_dict()
@@ -220,20 +226,32 @@ class RemoteWorker(UnitWorker):
             raise RuntimeError(
                 f"this worker ({os.uname().nodename}) would count or run differently from the driver: tokenizer "
                 f"{run.tokenizer_info} vs {spec.tokenizer_info}, plugin versions {versions} vs {spec.versions}; "
-                f"install the same distributions on every node")
+                f"install the same distributions on every node"
+            )
         run.run_key = spec.run_key
         run.run_dir = Path(tempfile.gettempdir()) / "budgetbench-worker" / f"{spec.run_key}-{os.getpid()}"
         run.run_dir.mkdir(parents=True, exist_ok=True)
         self.memo = _ReplyMemo()
         cache = cast("ResponseCache", self.memo)  # to ModelCaller it is a cache: lookup and put
         config = run.config
-        run.caller = _ClusterCaller(run.backend, cache, config.max_concurrency, config.retries,
-                                 timeout_s=config.timeout_s, plugin=run.ref("backend", run.backend_name))
+        run.caller = _ClusterCaller(
+            run.backend,
+            cache,
+            config.max_concurrency,
+            config.retries,
+            timeout_s=config.timeout_s,
+            plugin=run.ref("backend", run.backend_name),
+        )
         run.judge_caller = run.caller
         if run.judge_backend:
-            run.judge_caller = _ClusterCaller(run.judge_backend, cache, config.max_concurrency, config.retries,
-                                              timeout_s=config.timeout_s,
-                                              plugin=run.ref("backend", run.judge_backend.name))
+            run.judge_caller = _ClusterCaller(
+                run.judge_backend,
+                cache,
+                config.max_concurrency,
+                config.retries,
+                timeout_s=config.timeout_s,
+                plugin=run.ref("backend", run.judge_backend.name),
+            )
         run.grading_context = GradingContext(judge=run._judge, judge_model=config.judge_model or config.model)
         self._run = run
 
@@ -254,6 +272,9 @@ class RemoteWorker(UnitWorker):
         self.memo.new = []
         unit = Unit(unit.strategy, run.admit_item(unit.item), list(unit.todo))
         run.run_unit(unit, lambda strategy, cells: None)
-        files = {str(p.relative_to(run.run_dir)): p.read_bytes() for p, stamp in self._files().items()
-                 if before.get(p) != stamp}
+        files = {
+            str(p.relative_to(run.run_dir)): p.read_bytes()
+            for p, stamp in self._files().items()
+            if before.get(p) != stamp
+        }
         return UnitOutcome(buffer.rows, self.memo.new, files, sum(c.calls_made for c in callers) - calls_before)

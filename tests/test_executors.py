@@ -16,9 +16,20 @@ from budgetbench_core.runner import RunConfigError
 from budgetbench_core.scheduling import window_size
 from budgetbench_core.testing import FaultServer
 
-SETTINGS = dict(task="synthetic-memory", strategies=["truncation", "recency"], budgets=[60, 400],
-                task_options={"items": 6, "history_tokens": 500}, seed=2, max_concurrency=2, retries=0,
-                timeout_s=10.0, tokenizer="tiktoken:cl100k_base", model="openai/fault-model")
+SETTINGS = dict(
+    task="synthetic-memory",
+    strategies=["truncation", "recency"],
+    budgets=[60, 400],
+    task_options={"items": 6, "history_tokens": 500},
+    seed=2,
+    max_concurrency=2,
+    retries=0,
+    timeout_s=10.0,
+    tokenizer="tiktoken:cl100k_base",
+    model="openai/fault-model",
+)
+
+
 # Message metadata is a read-only mapping; Ray's serializer copes, the stdlib's needs telling.
 def read_only(mapping: dict) -> types.MappingProxyType:
     return types.MappingProxyType(mapping)
@@ -29,14 +40,16 @@ COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_to
 
 
 def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED)
-            for key, row in final_rows(run_dir).items()}
+    return {
+        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
+    }
 
 
 def with_plugin(name: str, **hooks):
     registry = load_registry()
-    registry.add_plugin(types.SimpleNamespace(**{k: hookimpl(v) for k, v in hooks.items()}),
-                        PluginInfo(name, f"dist-{name}", "0.0.1"))
+    registry.add_plugin(
+        types.SimpleNamespace(**{k: hookimpl(v) for k, v in hooks.items()}), PluginInfo(name, f"dist-{name}", "0.0.1")
+    )
     return registry
 
 
@@ -72,12 +85,17 @@ def test_hook_register_executors(tmp_path, server, threads):
     registry = with_plugin("pickled", register_executors=lambda register: register(Remote))
     assert registry.get("executor", "pickled").plugin.distribution == "dist-pickled"
     assert registry.get("executor", "thread").plugin.distribution == "budgetbench"
-    summary = run(RunConfig(out=tmp_path / "remote", api_base=server.url, executor="pickled", **SETTINGS),
-                  registry=registry)
+    summary = run(
+        RunConfig(out=tmp_path / "remote", api_base=server.url, executor="pickled", **SETTINGS), registry=registry
+    )
     assert content(tmp_path / "remote") == threads
-    assert sorted(Remote.seen) == sorted((s, f"synth-{i:05d}-{c}", 2) for s in SETTINGS["strategies"]
-                                         for i, c in enumerate(["single-session", "knowledge-update", "temporal",
-                                                                "preference", "abstention", "single-session"]))
+    assert sorted(Remote.seen) == sorted(
+        (s, f"synth-{i:05d}-{c}", 2)
+        for s in SETTINGS["strategies"]
+        for i, c in enumerate(
+            ["single-session", "knowledge-update", "temporal", "preference", "abstention", "single-session"]
+        )
+    )
     assert summary.model_calls == read_manifest(tmp_path / "remote")["calls_made"] > 0
     assert read_manifest(tmp_path / "remote")["config"]["executor"] == "pickled"
 
@@ -106,8 +124,13 @@ class Counted(Task):
     def _item(self, index: int) -> Item:
         self.built.append(f"c{index}")
         self.ahead = max(self.ahead, len(self.built) - self.finished)
-        return Item(id=f"c{index}", history=(Message("user", f"The word is Tulip{index}. " * 20),),
-                    query=Message("user", "Which word?"), answer=f"Tulip{index}", system=Message("system", "Be brief."))
+        return Item(
+            id=f"c{index}",
+            history=(Message("user", f"The word is Tulip{index}. " * 20),),
+            query=Message("user", "Which word?"),
+            answer=f"Tulip{index}",
+            system=Message("system", "Be brief."),
+        )
 
     def load(self, limit, seed):
         for index in range(self.count):
@@ -123,9 +146,17 @@ def test_items_are_streamed_and_a_resume_builds_none_it_skips(tmp_path, server):
     task = Counted()
     registry = with_plugin("counted", register_tasks=lambda register: register(Counted))
     registry.get("task", "counted").obj = lambda **options: task
-    config = RunConfig(task="counted", strategies=["truncation"], budgets=[300], out=tmp_path / "run",
-                       api_base=server.url, model="openai/fault-model", tokenizer="tiktoken:cl100k_base",
-                       max_concurrency=2, retries=0)
+    config = RunConfig(
+        task="counted",
+        strategies=["truncation"],
+        budgets=[300],
+        out=tmp_path / "run",
+        api_base=server.url,
+        model="openai/fault-model",
+        tokenizer="tiktoken:cl100k_base",
+        max_concurrency=2,
+        retries=0,
+    )
 
     def progress(strategy, cells):
         task.finished += cells

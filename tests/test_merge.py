@@ -18,15 +18,25 @@ from budgetbench_core.report import write_report
 from budgetbench_core.runlog import cell_files
 from budgetbench_core.testing import FaultServer, invoke_cli
 
-SETTINGS = dict(task="synthetic-memory", strategies=["truncation", "recency"], budgets=[60, 400],
-                task_options={"items": 9, "history_tokens": 600}, seed=5, max_concurrency=2, retries=0,
-                timeout_s=10.0, tokenizer="tiktoken:cl100k_base", model="openai/fault-model")
+SETTINGS = dict(
+    task="synthetic-memory",
+    strategies=["truncation", "recency"],
+    budgets=[60, 400],
+    task_options={"items": 9, "history_tokens": 600},
+    seed=5,
+    max_concurrency=2,
+    retries=0,
+    timeout_s=10.0,
+    tokenizer="tiktoken:cl100k_base",
+    model="openai/fault-model",
+)
 COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
 
 
 def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED)
-            for key, row in final_rows(run_dir).items()}
+    return {
+        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
+    }
 
 
 @pytest.fixture(scope="module")

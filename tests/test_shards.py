@@ -24,14 +24,22 @@ def test_every_unit_is_in_exactly_one_shard_and_shards_are_balanced():
 def test_partition_is_fixed_by_the_key_alone():
     """Pinned values: a change of hash would silently re-split a half-finished sharded run."""
     assert unit_hash("synthetic-memory", "truncation", "synth-00000") == 16598121596364653724
-    assert [unit_hash("synthetic-memory", s, f"synth-{i:05d}") % 3 + 1
-            for s in ("truncation", "recency") for i in range(4)] == [1, 2, 3, 2, 1, 2, 2, 2]
+    assert [
+        unit_hash("synthetic-memory", s, f"synth-{i:05d}") % 3 + 1 for s in ("truncation", "recency") for i in range(4)
+    ] == [1, 2, 3, 2, 1, 2, 2, 2]
     # Another process with another str hash seed computes the same partition.
-    code = ("from budgetbench_core.shards import Shard; "
-            "print(sum(Shard(2, 3).owns('synthetic-memory', 'recency', f'synth-{i:05d}') for i in range(1000)))")
+    code = (
+        "from budgetbench_core.shards import Shard; "
+        "print(sum(Shard(2, 3).owns('synthetic-memory', 'recency', f'synth-{i:05d}') for i in range(1000)))"
+    )
     here = sum(Shard(2, 3).owns("synthetic-memory", "recency", f"synth-{i:05d}") for i in range(1000))
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
     assert int(other.stdout) == here
 
 

@@ -131,11 +131,11 @@ class RayExecutor(Executor):
     description = "Units as Ray tasks on a local or remote Ray cluster (budgetbench-executor-ray)"
     options: ClassVar[dict[str, str]] = {
         "address": "Ray cluster to join: 'auto' (the running one, or RAY_ADDRESS) or host:port. "
-                   "Default: start a local cluster for the run.",
+        "Default: start a local cluster for the run.",
         "cpus": "CPUs of the local cluster started for the run (default: all of this machine's).",
         "retries": "How often a unit whose worker or node died is run again (default 3).",
         "unit_cpus": "CPUs Ray reserves for one unit (default 1). Below 1 (0.25) several units share a CPU: "
-                     "for runs that wait on the model rather than compute in the strategy.",
+        "for runs that wait on the model rather than compute in the strategy.",
     }
 
     def __init__(self, **options: Any) -> None:
@@ -149,8 +149,9 @@ class RayExecutor(Executor):
             except (TypeError, ValueError):
                 value = None
             if value is None or value < least:
-                raise ValueError(f"--ray-{key.replace('_', '-')} must be a number of at least {least}, "
-                                 f"got {options[key]!r}")
+                raise ValueError(
+                    f"--ray-{key.replace('_', '-')} must be a number of at least {least}, got {options[key]!r}"
+                )
             self.settings[key] = value  # the command line gives text
 
     def execute(self, job: Job) -> None:
@@ -158,8 +159,12 @@ class RayExecutor(Executor):
         started_here = not ray.is_initialized()
         if started_here:
             address = self.settings.get("address")
-            common = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
-                          "configure_logging": True}
+            common = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.WARNING,
+                "configure_logging": True,
+            }
             if address:
                 ray.init(address=address, **common)
             else:
@@ -207,11 +212,16 @@ class RayExecutor(Executor):
                     try:
                         outcome = ray.get(done)
                     except ray.exceptions.RayTaskError as exc:
-                        raise RuntimeError(f"the Ray worker failed outside every contained plugin call on unit "
-                                           f"({unit.strategy!r}, {unit.item.id!r}): {exc}") from exc
+                        raise RuntimeError(
+                            f"the Ray worker failed outside every contained plugin call on unit "
+                            f"({unit.strategy!r}, {unit.item.id!r}): {exc}"
+                        ) from exc
                     except ray.exceptions.RayError as exc:  # worker, node or object lost after every retry
-                        job.record_lost(unit, f"Ray lost the worker running this unit {retries + 1} times: "
-                                              f"{type(exc).__name__}: {str(exc)[:300]}")
+                        job.record_lost(
+                            unit,
+                            f"Ray lost the worker running this unit {retries + 1} times: "
+                            f"{type(exc).__name__}: {str(exc)[:300]}",
+                        )
                         continue
                     job.record(unit, outcome)
                 if job.stop.is_set() and not exhausted:

@@ -24,9 +24,18 @@ from budgetbench_core.testing import FaultServer, invoke_cli
 
 ray = pytest.importorskip("ray")
 
-SETTINGS = dict(task="synthetic-memory", strategies=["truncation", "recency"], budgets=[60, 400],
-                task_options={"items": 8, "history_tokens": 600}, seed=11, max_concurrency=1, retries=0,
-                timeout_s=20.0, tokenizer="tiktoken:cl100k_base", model="openai/fault-model")
+SETTINGS = dict(
+    task="synthetic-memory",
+    strategies=["truncation", "recency"],
+    budgets=[60, 400],
+    task_options={"items": 8, "history_tokens": 600},
+    seed=11,
+    max_concurrency=1,
+    retries=0,
+    timeout_s=20.0,
+    tokenizer="tiktoken:cl100k_base",
+    model="openai/fault-model",
+)
 COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 
@@ -51,13 +60,17 @@ class CountingServer(FaultServer):
 
 
 def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED)
-            for key, row in final_rows(run_dir).items()}
+    return {
+        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
+    }
 
 
 def terminal_counts(run_dir: Path) -> Counter:
-    return Counter((e["strategy"], e["budget"], e["repeat"], e["item_id"]) for e in iter_events(run_dir)
-                   if e["event"] in ("result", "violation", "error"))
+    return Counter(
+        (e["strategy"], e["budget"], e["repeat"], e["item_id"])
+        for e in iter_events(run_dir)
+        if e["event"] in ("result", "violation", "error")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +117,11 @@ def test_a_lost_worker_unit_is_rerun_never_half_recorded(tmp_path, cluster, refe
     import psutil
 
     def busy_workers() -> list[psutil.Process]:
-        return [p for p in psutil.Process().children(recursive=True)
-                if "_run_unit" in " ".join(p.cmdline() if p.is_running() else [])]
+        return [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if "_run_unit" in " ".join(p.cmdline() if p.is_running() else [])
+        ]
 
     killed: list[int] = []
     with CountingServer(latency_s=0.3) as server:
@@ -136,13 +152,52 @@ def test_driver_killed_mid_way_resumes_to_the_same_rows(tmp_path, reference):
     """SIGKILL the `budgetbench run --executor ray` process (its own local cluster goes with it)."""
     out = tmp_path / "killed"
     with FaultServer(latency_s=0.1) as server:
-        command = [str(BUDGETBENCH), "run", "-t", SETTINGS["task"], "-b", "60 400", "-m", SETTINGS["model"],
-                   "--api-base", server.url, "--tokenizer", SETTINGS["tokenizer"], "--seed", str(SETTINGS["seed"]),
-                   "-j", "1", "--retries", "0", "--timeout", "20", "-o", str(out), "--no-report", "--no-preflight",
-                   "--display", "none", "--executor", "ray", "--ray-cpus", "2",
-                   "-s", "truncation", "-s", "recency", "--task-option", "items=8", "--task-option", "history_tokens=600"]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+        command = [
+            str(BUDGETBENCH),
+            "run",
+            "-t",
+            SETTINGS["task"],
+            "-b",
+            "60 400",
+            "-m",
+            SETTINGS["model"],
+            "--api-base",
+            server.url,
+            "--tokenizer",
+            SETTINGS["tokenizer"],
+            "--seed",
+            str(SETTINGS["seed"]),
+            "-j",
+            "1",
+            "--retries",
+            "0",
+            "--timeout",
+            "20",
+            "-o",
+            str(out),
+            "--no-report",
+            "--no-preflight",
+            "--display",
+            "none",
+            "--executor",
+            "ray",
+            "--ray-cpus",
+            "2",
+            "-s",
+            "truncation",
+            "-s",
+            "recency",
+            "--task-option",
+            "items=8",
+            "--task-option",
+            "history_tokens=600",
+        ]
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
         deadline = time.monotonic() + 240
         while len(server.requests) < 10 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -151,8 +206,13 @@ def test_driver_killed_mid_way_resumes_to_the_same_rows(tmp_path, reference):
         process.wait(30)
         partial = terminal_counts(out)
         assert 0 < len(partial) < len(reference) if partial else True
-        resumed = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                                 env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+        resumed = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
         assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert content(out) == reference
     assert max(terminal_counts(out).values()) == 1
