@@ -48,9 +48,14 @@ class TwoItems(Task):
 
     def load(self, limit, seed):
         for index in range(2):
-            yield Item(id=f"i{index}", history=(Message("user", f"The code word is tulip{index}."),),
-                       query=Message("user", "Reply with the code word only."), answer=f"tulip{index}",
-                       system=Message("system", "Be brief."), category="probe")
+            yield Item(
+                id=f"i{index}",
+                history=(Message("user", f"The code word is tulip{index}."),),
+                query=Message("user", "Reply with the code word only."),
+                answer=f"tulip{index}",
+                system=Message("system", "Be brief."),
+                category="probe",
+            )
 
 
 def test_hook_register_strategies(tmp_path):
@@ -58,8 +63,17 @@ def test_hook_register_strategies(tmp_path):
     registry.add_plugin(*plugin("strategies", register_strategies=lambda register: register(KeepFirst)))
     entry = registry.get("strategy", "keep-first")
     assert entry.obj is KeepFirst and entry.plugin.distribution == "dist-strategies"
-    summary = run(RunConfig(task="synthetic-memory", strategies=["keep-first"], budgets=[400], limit=1,
-                            out=tmp_path, task_options={"items": 1, "history_tokens": 400}), registry=registry)
+    summary = run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["keep-first"],
+            budgets=[400],
+            limit=1,
+            out=tmp_path,
+            task_options={"items": 1, "history_tokens": 400},
+        ),
+        registry=registry,
+    )
     assert summary.results == 1
     audit = next(p for p in (tmp_path / "cells").rglob("*.jsonl")).read_text()
     assert "prompt_audit" in audit
@@ -68,7 +82,9 @@ def test_hook_register_strategies(tmp_path):
 def test_hook_register_tasks(tmp_path):
     registry = load_registry()
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
-    summary = run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], out=tmp_path), registry=registry)
+    summary = run(
+        RunConfig(task="two-items", strategies=["truncation"], budgets=[256], out=tmp_path), registry=registry
+    )
     assert summary.results == 2 and summary.errors == 0
 
 
@@ -84,8 +100,10 @@ def test_hook_register_graders(tmp_path):
     registry = load_registry()
     registry.add_plugin(*plugin("graders", register_graders=lambda register: register(AlwaysHalf)))
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
-    run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], grader="always-half", out=tmp_path),
-        registry=registry)
+    run(
+        RunConfig(task="two-items", strategies=["truncation"], budgets=[256], grader="always-half", out=tmp_path),
+        registry=registry,
+    )
     from budgetbench_core.runlog import final_rows
 
     rows = list(final_rows(tmp_path).values())
@@ -125,12 +143,19 @@ class LocalWithLabel(Backend):
 
 def test_hook_register_backends(tmp_path):
     registry = load_registry()
-    registry.add_plugin(*plugin("backends", register_backends=lambda register: register(LocalWithLabel),
-                                resolve_backend=lambda model: "labelled" if model.startswith("labelled/") else None))
+    registry.add_plugin(
+        *plugin(
+            "backends",
+            register_backends=lambda register: register(LocalWithLabel),
+            resolve_backend=lambda model: "labelled" if model.startswith("labelled/") else None,
+        )
+    )
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
     assert registry.names("backend") == ["labelled", "litellm", "local"]
-    summary = run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], model="labelled/model",
-                            out=tmp_path), registry=registry)
+    summary = run(
+        RunConfig(task="two-items", strategies=["truncation"], budgets=[256], model="labelled/model", out=tmp_path),
+        registry=registry,
+    )
     assert summary.results == 2 and summary.model_calls == 2
     from budgetbench_core.runlog import read_manifest
 
@@ -151,10 +176,16 @@ class WordTokenizer(Tokenizer):
 
 def test_hook_register_tokenizers(tmp_path):
     registry = load_registry()
-    registry.add_plugin(*plugin("tokenizers", register_tokenizers=lambda register: register("words", lambda arg, backend: WordTokenizer())))
+    registry.add_plugin(
+        *plugin(
+            "tokenizers", register_tokenizers=lambda register: register("words", lambda arg, backend: WordTokenizer())
+        )
+    )
     registry.add_plugin(*plugin("tasks", register_tasks=lambda register: register(TwoItems)))
-    run(RunConfig(task="two-items", strategies=["truncation"], budgets=[256], tokenizer="words", out=tmp_path),
-        registry=registry)
+    run(
+        RunConfig(task="two-items", strategies=["truncation"], budgets=[256], tokenizer="words", out=tmp_path),
+        registry=registry,
+    )
     from budgetbench_core.runlog import final_rows, iter_events
 
     rows = list(final_rows(tmp_path).values())
