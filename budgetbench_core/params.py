@@ -74,7 +74,7 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _doc_help(cls: type, name: str, names: list[str]) -> str:
+def _doc_help(cls: type[object], name: str, names: list[str]) -> str:
     """From the docstring (of the class or its ``__init__``): the sentence mentioning ````name````,
     or, when the sentence lists other parameters too, the clause from this one to the next."""
     for doc in (inspect.getdoc(cls), inspect.getdoc(cls.__init__)):
