@@ -22,6 +22,7 @@ import io
 import os
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -192,6 +193,7 @@ class Registry:
         self._entries: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self.conflicts: dict[tuple[str, str], str] = {}
         self._pending: list[tuple[metadata.EntryPoint, PluginInfo]] = []
+        self._load_lock = threading.RLock()
         for entry_point in entry_points or []:
             distribution, version = _distribution_of(entry_point)
             info = PluginInfo(entry_point.name, distribution, version, value=entry_point.value)
@@ -211,16 +213,23 @@ class Registry:
         return [*self._plugins, *(info for _, info in self._pending)]
 
     def load(self) -> Registry:
-        """Import every pending entry point (once), each guarded."""
-        while self._pending:
-            entry_point, info = self._pending.pop(0)
-            module = None
-            with _contained(info, f"failed to import {entry_point.value}:"):
-                module = entry_point.load()
-            if info.error:
-                self._plugins.append(info)
-                continue
-            self.add_plugin(module, info)
+        """Import every pending entry point (once), each guarded. Lookups may come from a
+        run's worker threads, so one thread loads while the others wait for it."""
+        if not self._pending:
+            return self
+        with self._load_lock:
+            while self._pending:
+                entry_point, info = self._pending[0]
+                try:
+                    module = None
+                    with _contained(info, f"failed to import {entry_point.value}:"):
+                        module = entry_point.load()
+                    if info.error:
+                        self._plugins.append(info)
+                    else:
+                        self.add_plugin(module, info)
+                finally:  # pending until registered: a lookup never sees half a plugin
+                    self._pending.pop(0)
         return self
 
     @property
