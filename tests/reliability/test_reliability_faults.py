@@ -1,7 +1,7 @@
 """A run of more than 1,000 model calls against a server that misbehaves on 20% of them.
 
 The real runner and the real litellm backend talk to the fault-injecting loopback server
-(reliability_fault_server.py). Every cell must end as exactly one result, violation or
+(budgetbench_core.testing.FaultServer). Every cell must end as exactly one result, violation or
 error row; errors carry their cause and never a prediction; results carry exactly what
 the server sent; 429s are retried no sooner than Retry-After; no prompt over the budget
 ever reaches the server.
@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FAULTS, NO_COMPLETION, USAGE_OFFSET, FaultServer, default_reply, messages_hash  # noqa: E402
 
 from budgetbench_core import Message, RunConfig, run  # noqa: E402
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer  # noqa: E402
 from budgetbench_core.runlog import iter_events, read_manifest  # noqa: E402
+from budgetbench_core.testing import FAULTS, NO_COMPLETION, USAGE_OFFSET, FaultServer, default_reply, messages_hash  # noqa: E402
 
 ITEMS = 1000
 BUDGETS = [40, 4096]  # 40 is below system prompt + question: every such cell is a violation

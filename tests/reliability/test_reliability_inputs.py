@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FaultServer  # noqa: E402
 
 from budgetbench_core import Item, Message, RunConfig, Task, TaskDataError, hookimpl, run  # noqa: E402
 from budgetbench_core.cli import cli  # noqa: E402
 from budgetbench_core.plugins import PluginInfo, get_registry, load_registry  # noqa: E402
 from budgetbench_core.runlog import final_rows  # noqa: E402
+from budgetbench_core.testing import FaultServer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 REAL_FILES = {  # task -> the official file it reads, when present

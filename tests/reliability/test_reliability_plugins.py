@@ -10,21 +10,17 @@ finds installed distributions.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import types
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FaultServer  # noqa: E402
 
 from budgetbench_core import MemoryStrategy, Message, Regime, RunConfig, Task, hookimpl, run  # noqa: E402
 from budgetbench_core.plugins import PluginError, PluginInfo, load_registry  # noqa: E402
 from budgetbench_core.runlog import final_rows, read_manifest  # noqa: E402
+from budgetbench_core.testing import FaultServer  # noqa: E402
 
 RELEASE = threading.Event()  # lets the hanging strategy's thread end when the test is over
 

@@ -1,7 +1,7 @@
 """kill -9 the `budgetbench run` process again and again, resume each time, and compare
 the final rows with an uninterrupted run of the same seed.
 
-The model is the deterministic loopback server (reliability_fault_server.py, no faults),
+The model is the deterministic loopback server (budgetbench_core.testing.FaultServer, no faults),
 so the two runs must agree row for row. After every kill a torn, half-written line is
 appended to one cell file, as a kill during a write leaves it; the reader and the next
 resume must cope. The server's request log proves that no cell was sent again after its
@@ -23,15 +23,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FaultServer, messages_hash  # noqa: E402
 
 from budgetbench_core import Message, RunConfig, run  # noqa: E402
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer  # noqa: E402
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_manifest  # noqa: E402
 from budgetbench_core.runner import RunConfigError  # noqa: E402
+from budgetbench_core.testing import FaultServer, messages_hash  # noqa: E402
 
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 KILLS = 5

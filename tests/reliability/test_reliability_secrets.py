@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FaultServer  # noqa: E402
 
 from budgetbench_core import RunConfig, run  # noqa: E402
 from budgetbench_core.runlog import iter_events  # noqa: E402
+from budgetbench_core.testing import FaultServer  # noqa: E402
 
 SECRET = "sk-test-SECRET-b7f3c9d2e1a04f58"
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")

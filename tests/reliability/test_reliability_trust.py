@@ -11,7 +11,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 import types
 from collections import Counter
@@ -19,10 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from reliability_fault_server import FaultServer, messages_hash
 
 from budgetbench_core import (
     Grader,
@@ -48,6 +44,7 @@ from budgetbench_core.cache import CacheError
 from budgetbench_core.plugins import PluginInfo, load_registry
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_events, safe_name
 from budgetbench_core.runner import RunConfigError
+from budgetbench_core.testing import FaultServer, messages_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = "budgetbench-trust-test"
