@@ -2,14 +2,27 @@
 
 litellm is imported on first use (it is slow to import), with its local cost map so
 nothing is fetched from the network. Keys come from the environment only.
+
+An ``openai/`` model on a loopback server (the embedded model, a local llama.cpp, vLLM or
+MLX server) is called with a pooled httpx client instead: litellm's cost lookup, logging
+and response wrapping cost ~4 ms of CPU per call, which caps a run at a few hundred calls
+per second, and on loopback there is no cost to look up. Both paths classify failures
+with the same function (``_failure``), and the fault-injection matrix runs on both
+(tests/reliability/test_reliability_clients.py). ``BUDGETBENCH_HTTP_CLIENT=litellm``
+sends every call through litellm.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from budgetbench_core import (
     Backend,
@@ -37,12 +50,44 @@ def _litellm():
 
 def _retry_after(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or {}
+    return _retry_after_header(getattr(response, "headers", None) or {})
+
+
+def _retry_after_header(headers: Any) -> float | None:
     value = headers.get("retry-after") if hasattr(headers, "get") else None
     try:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _failure(message: str, status: int | None, transport: bool = False, fatal: bool = False,
+             retry_after: float | None = None) -> Exception:
+    """The one classification of a failed call, for both clients: retry (TransportError),
+    stop the run (FatalError) or record the cell's error (ResponseError)."""
+    if transport or status in _TRANSPORT_STATUS:
+        return TransportError(message + (" [429]" if status == 429 else ""), retry_after)
+    if fatal or status in (401, 404):
+        return FatalError(message)  # a refused key, unknown provider or model: stop the run
+    return ResponseError(message)
+
+
+def _is_loopback(api_base: str | None) -> bool:
+    host = urlsplit(api_base or "").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _usage(prompt_tokens: Any, completion_tokens: Any) -> tuple[Any, Any]:
+    # litellm fills a missing usage block with zeros; a chat prompt always has tokens,
+    # so a 0 prompt count is a figure the server did not give: record null, not 0.
+    if not prompt_tokens:
+        return None, None
+    return prompt_tokens, completion_tokens
 
 
 class LiteLLMBackend(Backend):
@@ -65,13 +110,23 @@ class LiteLLMBackend(Backend):
         super().__init__(model, api_base=api_base, timeout_s=timeout_s, **options)
         self.max_context = max_context
         self.server_prompt_cache = bool(server_prompt_cache)
+        self._http: httpx.Client | None = None
+        self._http_lock = threading.Lock()
 
     def _asks_no_prompt_reuse(self) -> bool:
         return self.model.startswith("openai/") and bool(self.api_base) and not self.server_prompt_cache
 
+    @property
+    def http_client(self) -> str:
+        """``direct`` for an ``openai/`` model on a loopback server, else ``litellm``."""
+        if os.environ.get("BUDGETBENCH_HTTP_CLIENT") == "litellm":
+            return "litellm"
+        return "direct" if self.model.startswith("openai/") and _is_loopback(self.api_base) else "litellm"
+
     def start(self) -> None:
         """Import litellm now (seconds on a busy machine), not inside the first call's deadline."""
-        _litellm()
+        if self.http_client == "litellm":
+            _litellm()
 
     def _extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
@@ -84,7 +139,7 @@ class LiteLLMBackend(Backend):
         return extra
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), **self.prompt_reuse()}
+        return {**super().describe(), **self.prompt_reuse(), "http_client": self.http_client}
 
     def prompt_reuse(self) -> dict[str, Any]:
         """For the manifest: whether server prompt reuse was allowed and what was sent."""
@@ -92,6 +147,8 @@ class LiteLLMBackend(Backend):
                 "cache_prompt_sent": False if self._asks_no_prompt_reuse() else None}
 
     def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        if self.http_client == "direct":
+            return self._complete_direct(messages, params)
         litellm = _litellm()
         started = time.perf_counter()
         try:
@@ -109,13 +166,9 @@ class LiteLLMBackend(Backend):
                                     litellm.exceptions.ServiceUnavailableError))
             )
             message = f"{type(exc).__name__} (status {status}): {redact(str(exc))[:500]}"  # redact, then cut
-            if transport:
-                raise TransportError(message + (" [429]" if status == 429 else ""), _retry_after(exc)) from exc
-            if (status in (401, 404) or isinstance(exc, (litellm.exceptions.AuthenticationError,
-                                                         litellm.exceptions.NotFoundError))
-                    or "LLM Provider NOT provided" in str(exc)):
-                raise FatalError(message) from exc  # a refused key, unknown provider or model: stop the run
-            raise ResponseError(message) from exc
+            fatal = (isinstance(exc, (litellm.exceptions.AuthenticationError, litellm.exceptions.NotFoundError))
+                     or "LLM Provider NOT provided" in str(exc))
+            raise _failure(message, status, transport, fatal, _retry_after(exc)) from exc
         latency = time.perf_counter() - started
         try:
             choice = response.choices[0]
@@ -126,12 +179,8 @@ class LiteLLMBackend(Backend):
             raise ResponseError("response message has no content")
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None)
-        prompt_tokens = getattr(usage, "prompt_tokens", None)
-        completion_tokens = getattr(usage, "completion_tokens", None)
-        if not prompt_tokens:
-            # litellm fills a missing usage block with zeros; a chat prompt always has tokens,
-            # so a 0 prompt count is a figure the server did not give: record null, not 0.
-            prompt_tokens = completion_tokens = None
+        prompt_tokens, completion_tokens = _usage(getattr(usage, "prompt_tokens", None),
+                                                  getattr(usage, "completion_tokens", None))
         cost = None
         hidden = getattr(response, "_hidden_params", None) or {}
         if isinstance(hidden, dict) and hidden.get("response_cost") is not None:
@@ -143,6 +192,53 @@ class LiteLLMBackend(Backend):
             cached_tokens=getattr(details, "cached_tokens", None) if details else None,
             latency_s=latency, cost=cost, model=getattr(response, "model", None),
         )
+
+
+    def _client(self) -> httpx.Client:
+        """One pooled client for every worker thread (httpx clients are thread-safe)."""
+        with self._http_lock:
+            if self._http is None:
+                key = os.environ.get("OPENAI_API_KEY") or "not-needed"  # local servers ignore it
+                self._http = httpx.Client(
+                    base_url=(self.api_base or "").rstrip("/"), headers={"Authorization": f"Bearer {key}"},
+                    timeout=httpx.Timeout(self.timeout_s, connect=max(5.0, min(self.timeout_s, 30.0))),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+            return self._http
+
+    def _complete_direct(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        body: dict[str, Any] = {"model": self.model.removeprefix("openai/"), "messages": [m.to_chat() for m in messages],
+                                "max_tokens": params.max_tokens, "temperature": params.temperature}
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if self._asks_no_prompt_reuse():
+            body["cache_prompt"] = False
+        started = time.perf_counter()
+        payload: Any
+        try:
+            response = self._client().post("/chat/completions", json=body)
+            if response.status_code >= 400:
+                status = response.status_code
+                raise _failure(f"HTTP {status}: {redact(response.text)[:500]}", status,
+                               retry_after=_retry_after_header(response.headers))
+            payload = response.json()
+        except (httpx.HTTPError, ValueError) as exc:  # no reply, a cut reply, or a body that is not JSON
+            raise _failure(f"{type(exc).__name__}: {redact(str(exc))[:500]}", None, transport=True) from exc
+        latency = time.perf_counter() - started
+        try:
+            text = payload["choices"][0]["message"]["content"]
+        except (TypeError, IndexError, KeyError) as exc:
+            raise ResponseError(f"response has no choices[0].message: {exc!r}") from exc
+        if text is None:
+            raise ResponseError("response message has no content")
+        if not isinstance(text, str):
+            raise ResponseError(f"response message content is {type(text).__name__}, not text")
+        usage: dict[str, Any] = payload["usage"] if isinstance(payload.get("usage"), dict) else {}
+        details: dict[str, Any] = (usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"), dict)
+                                   else {})
+        prompt_tokens, completion_tokens = _usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        return Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          cached_tokens=details.get("cached_tokens"), latency_s=latency, cost=None,
+                          model=payload.get("model") if isinstance(payload.get("model"), str) else None)
 
 
 @hookimpl
