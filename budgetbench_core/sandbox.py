@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from .messages import ROLES, Item, Message
@@ -333,6 +334,20 @@ def validate_prompt(item: Item, prompt: tuple[Message, ...]) -> None:
         raise PromptError("prompt does not start with the item's system prompt unchanged")
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
+def _metadata_signature(metadata: Any) -> Any:
+    """Flat metadata of exact plain types (the usual session id and date) is compared as its
+    items; anything else by the text of its JSON-safe copy, which cost ~6 ms per cell on a
+    500-message history when done for every message."""
+    if type(metadata) in (dict, MappingProxyType):
+        items = tuple(metadata.items())
+        if all(type(k) is str and type(v) in _FLAT for k, v in items):
+            return items
+    return repr(json_safe_or_empty(metadata))
+
+
 def fingerprint(messages: Any) -> tuple:
     """What a strategy must not change: role, content and JSON-safe metadata of each message.
     Read from stored fields like ``canonical_message`` (a hostile object cannot lie about it)."""
@@ -340,9 +355,8 @@ def fingerprint(messages: Any) -> tuple:
     for entry in tuple(messages):
         fields = object.__getattribute__(entry, "__dict__") if isinstance(entry, Message) else {}
         role, content = fields.get("role"), fields.get("content")
-        meta = json_safe_or_empty(fields.get("metadata"))
         out.append((type(entry) is Message, type(role) is str and role, type(content) is str and content,
-                    repr(meta)))
+                    _metadata_signature(fields.get("metadata"))))
     return tuple(out)
 
 
