@@ -58,8 +58,17 @@ def redact(text: str) -> str:
                 piece = value[start:start + _PIECE]
                 if piece in text:
                     text = text.replace(piece, f"<{name} redacted>")
-    text = _AUTHORIZATION.sub(lambda m: m.group(1) + "<redacted>", text)
-    return _BEARER.sub(lambda m: m.group(1) + "<redacted>", text)
+    # The two patterns scan the whole text (tens of KB for a prompt audit); run each only
+    # when its word occurs. ``re.IGNORECASE`` also matches "ı" and "İ" (lower: "i" + U+0307)
+    # to "i", so those are folded first: the check finds a superset of what the pattern can.
+    lowered = text.lower()
+    if "\u0131" in lowered or "\u0307" in lowered:
+        lowered = lowered.replace("\u0131", "i").replace("\u0307", "")
+    if "authorization" in lowered:
+        text = _AUTHORIZATION.sub(lambda m: m.group(1) + "<redacted>", text)
+    if "bearer" in lowered:
+        text = _BEARER.sub(lambda m: m.group(1) + "<redacted>", text)
+    return text
 
 
 _PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,63}")
