@@ -247,7 +247,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             attempts += outcome.attempts
             all_cached = all_cached and outcome.cached
             last_reply = completion.text
-            before = len(user.calls)
+            before = 0 if turn == 0 else len(user.calls)  # turn 0 also counts the user's opening calls
             try:
                 step = contained("episode", task_ref, functools.partial(episode.step, completion.text),
                                  Deadline(run.config.item_timeout_s))
