@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import argparse
-import resource
 import subprocess
 import sys
 import tempfile
@@ -92,8 +91,9 @@ def rag(server: FakeOpenAI, out: Path, items: int, executor: str) -> dict:
 
 
 def peak_rss(server: FakeOpenAI, items: int) -> dict:
-    """One ``budgetbench run`` child; its peak RSS from the kernel's accounting (ru_maxrss of the
-    largest child waited for: the server child is ~30 MB and ends last, after this is read)."""
+    """One ``budgetbench run`` in a child process; its peak RSS from the kernel's accounting
+    (``ru_maxrss`` of the only child of a small wrapper process, so neither the server nor a
+    Ray worker of this process can be mistaken for it)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
             str(BUDGETBENCH),
@@ -123,8 +123,12 @@ def peak_rss(server: FakeOpenAI, items: int) -> dict:
             "--display",
             "none",
         ]
+        wrapper = (
+            "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+        )
         started = time.perf_counter()
-        process = subprocess.run(command, capture_output=True, text=True)
+        process = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True)
         wall = time.perf_counter() - started
         assert process.returncode == 0, process.stderr[-2000:]
         results = sum(1 for e in iter_events(Path(out)) if e["event"] in ("result", "violation"))
@@ -133,7 +137,7 @@ def peak_rss(server: FakeOpenAI, items: int) -> dict:
         "history_tokens": 100000,
         "cells": results,
         "wall_s": round(wall, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(int(process.stdout.split()[-1]) / 1024, 1),
     }
 
 
