@@ -47,3 +47,25 @@ def test_mock_episodes_on_the_embedded_model(tmp_path):
     assert all(t["record"]["kind"] in ("tool", "message", "invalid_action", "agent_stop") for t in turns)
     again = invoke_cli(*args)  # resume: nothing left to do, no model call
     assert again.exit_code == 0 and "0 model calls" in again.output
+
+
+@pytest.mark.slow
+def test_llm_user_calls_are_logged_apart_and_not_budgeted(tmp_path):
+    out = tmp_path / "run"
+    result = invoke_cli("run", "-t", "tau-bench", "--task-option", "domain=mock", "--task-option", "user=llm",
+                        "--task-option", f"path={DATA / 'mock'}", "--task-option", "max_turns=1",
+                        "--task-option", f"guidelines={DATA / 'simulation_guidelines.md'}", "-s", "truncation",
+                        "-b", "2048", "-n", "1", "--max-output-tokens", "32", "--timeout", "900", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    (row,) = final_rows(out).values()
+    episode = row["episode"]
+    turns = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    user_calls = [call for turn in turns for call in turn["user_calls"]]
+    assert episode["user_calls"] == len(user_calls) >= 1  # at least the customer's opening message
+    assert episode["user_prompt_tokens"] == sum(c["prompt_tokens"] for c in user_calls)
+    assert all(c["served_prompt_tokens"] == c["prompt_tokens"] for c in user_calls)
+    assert row["aux_calls"] == 0  # the user's calls are not the strategy's
+    opening = user_calls[0]["completion"].strip()
+    audit = next(json.loads(line) for path in (out / "cells").rglob("*.jsonl")
+                 for line in path.read_text().splitlines() if '"prompt_audit"' in line)
+    assert audit["messages"][-1]["content"] == opening  # the agent's first query is what the user said
