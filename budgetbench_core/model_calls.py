@@ -138,9 +138,9 @@ class ModelCaller:
                     if self.fail_fast and self.fail_fast.stopped:  # a fatal error or a streak: send nothing more
                         raise CallFailed(f"not sent: the run is stopping ({self.fail_fast.cause})", attempts - 1)
                     completion = self._attempt(messages, params, deadline)
+                    if self.fail_fast:
+                        self.fail_fast.succeeded()  # before the probe lock is released, so waiters go in parallel
                 self._count()
-                if self.fail_fast:
-                    self.fail_fast.succeeded()
             except TransportError as exc:
                 self._count()
                 if self.fail_fast:
