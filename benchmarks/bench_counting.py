@@ -25,7 +25,7 @@ from _common import longmemeval_items, machine, median, require_data, write_resu
 
 from budgetbench_core import Item, Message, PromptCounter, StrategyContext
 from budgetbench_core.builtin.strategies import Truncation
-from budgetbench_core.builtin.tokenizers import TiktokenTokenizer, server_tokenizer
+from budgetbench_core.builtin.tokenizers import ServerTokenizer, TiktokenTokenizer, server_tokenizer
 
 TIERS = [2048, 4096, 8192, 16384, 32768]
 
@@ -143,7 +143,15 @@ def main() -> None:
                   f"per message, cold {results[f'{name}_per_message_cold']}")
         synthetic = {size: history_of(size, pool) for size in (50_000, 100_000, 200_000)}
         truncation: dict = {}
-        for name, make in tokenizers.items():
+
+        def whole_texts():
+            """The server tokenizer as it was before piece-wise counting: every count sends the
+            whole text, and estimates are one request per message (for comparison in this run)."""
+            tokenizer = ServerTokenizer(backend.server_url)
+            tokenizer._specials = []
+            return tokenizer
+
+        for name, make in {**tokenizers, "server-whole-texts (before)": whole_texts}.items():
             for size, history_item in synthetic.items():
                 runs = [truncation_item(make, history_item) for _ in range(args.repeats)]
                 figure = {"ms_per_item": round(median(r["ms_per_item"] for r in runs), 1),
