@@ -68,6 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--waves", type=int, default=10,
+                        help="cells per level = waves x N: the first call goes alone (fail-fast probe), a fixed cost")
     args = parser.parse_args()
     start = machine()
     rounds: list[list[dict]] = []
@@ -76,7 +78,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             measured = []
             for level in LEVELS:
-                result = throughput(server, Path(tmp) / f"r{repeat}-c{level}", level, max(10, 4 * level))
+                result = throughput(server, Path(tmp) / f"r{repeat}-c{level}", level, max(10, args.waves * level))
                 measured.append(result)
             base = measured[0]["cells_per_s"]
             for result in measured:
@@ -94,7 +96,8 @@ def main() -> None:
                                            "harness_cpu_ms_per_cell")}
     print("median:", summary, "targets (share of ideal):", TARGETS)
     retry_after = 0.5
-    with FakeOpenAI(delay_s=args.delay, rate_limit_first=12, retry_after=retry_after) as server, \
+    # Fewer 429s in a row than fail fast's limit (10), which would stop the run.
+    with FakeOpenAI(delay_s=args.delay, rate_limit_first=6, retry_after=retry_after) as server, \
             tempfile.TemporaryDirectory() as tmp:
         limited = rate_limited(server, Path(tmp) / "429", 8, 24, retry_after)
     print("429 phase:", limited)
