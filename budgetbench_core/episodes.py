@@ -187,9 +187,19 @@ class EpisodeCell(CellLog):
             if not isinstance(event, Result):
                 summary["end_reason"] = "violation" if isinstance(event, Violation) else "error"
                 summary["reward"] = 0.0
-            plain_row = type(event).row
-            event.row = lambda: {**plain_row(event), "episode": summary}  # documented in docs/episodes.md
+            return WithEpisode(event, summary)
         return event
+
+
+@dataclass(frozen=True)
+class WithEpisode:
+    """A terminal event whose row also carries ``episode`` (the field is documented in docs/episodes.md)."""
+
+    event: Terminal
+    episode: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        return {**self.event.row(), "episode": self.episode}
 
 
 def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: int) -> None:
