@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--loads", default="0 1 2", help="numbers of competing busy loops")
     parser.add_argument("--settings", default=";".join(SETTINGS), help="names from SETTINGS, separated by ;")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per setting and load")
+    parser.add_argument("--name", default="embedded_settings", help="result file: benchmarks/results/<name>.json")
     args = parser.parse_args()
     start = machine()
     names = [n.strip() for n in args.settings.split(";") if n.strip()]
@@ -109,12 +110,12 @@ def main() -> None:
                              "prompt_tok_s": round(median(r["prompt_tok_s"] for r in runs), 1),
                              "generation_tok_s": round(median(r["generation_tok_s"] for r in runs), 2)})
             cells.append(cell)
-            write_result("embedded_settings", {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
+            write_result(args.name, {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
                                                "repeats": args.repeats, "complete": False, "cells": cells})
             print(f"busy loops {load}, {name:24}: prompt {cell.get('prompt_tok_s', '-')} tok/s, generation "
                   f"{cell.get('generation_tok_s', '-')} tok/s (load {cell['load_average_before']} -> "
                   f"{cell['load_average_after']}){' ' + cell['error'][:80] if 'error' in cell else ''}", flush=True)
-    write_result("embedded_settings", {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
+    write_result(args.name, {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
                                        "repeats": args.repeats, "complete": True, "cells": cells})
 
 
