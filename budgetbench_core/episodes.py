@@ -27,12 +27,12 @@ import functools
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from .backends import GenerationParams
 from .cell import AuxChannel, CellLog
-from .events import Error, Result, Terminal, Violation
+from .events import EpisodeSummary, EpisodeTurn, Error, Result, Terminal, Violation
 from .messages import Item, Message
 from .sandbox import (
     Deadline,
@@ -175,10 +175,7 @@ class EpisodeCell(CellLog):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.episode: dict[str, Any] = {"reward": 0.0, "end_reason": None, "turns": 0, "calls": 0,
-                                        "total_prompt_tokens": 0, "peak_prompt_tokens": 0, "tool_errors": 0,
-                                        "served_counts_match": None, "user_calls": 0, "user_prompt_tokens": 0,
-                                        "user_completion_tokens": 0, "outcome": None}
+        self.episode: dict[str, Any] = asdict(EpisodeSummary())
 
     def make(self, cls: type, **fields: Any) -> Any:
         event = super().make(cls, **fields)
@@ -193,7 +190,7 @@ class EpisodeCell(CellLog):
 
 @dataclass(frozen=True)
 class WithEpisode:
-    """A terminal event whose row also carries ``episode`` (the field is documented in docs/episodes.md)."""
+    """A terminal event whose row also carries ``episode`` (documented by :class:`EpisodeSummary`)."""
 
     event: Terminal
     episode: dict[str, Any]
@@ -273,11 +270,11 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             summary["user_calls"] += len(user_calls)
             summary["user_prompt_tokens"] += sum(c["prompt_tokens"] for c in user_calls)
             summary["user_completion_tokens"] += sum(c["completion_tokens"] or 0 for c in user_calls)
-            run.log.append({**cell.key.fields(), "event": "episode_turn", "turn": turn, "prompt_tokens": gated.tokens,
-                            "served_prompt_tokens": completion.prompt_tokens, "reply": completion.text,
-                            "done": step.done, "tool_error": step.tool_error, "record": step.record,
-                            "appended": [m.to_dict() for m in canonical_prompt(list(step.messages))],
-                            "user_calls": user_calls}, run.run_dir / EPISODE_LOG)
+            run.log.append(EpisodeTurn(**cell.key.fields(), turn=turn, prompt_tokens=gated.tokens,
+                                       served_prompt_tokens=completion.prompt_tokens, reply=completion.text,
+                                       done=step.done, tool_error=step.tool_error, record=step.record,
+                                       appended=[m.to_dict() for m in canonical_prompt(list(step.messages))],
+                                       user_calls=user_calls).row(), run.run_dir / EPISODE_LOG)
             history.extend(step.messages)
             if step.done:
                 end_reason = "done"

@@ -56,7 +56,8 @@ class PromptAudit(CellEvent):
     """Written for every prompt a strategy produced, before the budget decision."""
 
     EVENT: ClassVar[str] = "prompt_audit"
-    call: int = doc("index of the model call within the cell (0 for a single-call task)", 0)
+    call: int = doc("index of the model call within the cell: the turn index, from 0, in an agent episode (one "
+                    "audit per turn); 0 for a single-call task", 0)
     prompt_hash: str = doc("sha256 of the canonical chat messages (role and content) that were counted and would "
                            "be sent")
     prompt_tokens: int = doc("exact token count of the rendered canonical prompt, chat template included")
@@ -184,8 +185,51 @@ class RefusedCall(CellEvent):
     reason: str = doc("why it was refused")
 
 
+@dataclass(kw_only=True)
+class EpisodeTurn(CellEvent):
+    """One agent turn of an episodic task (see docs/episodes.md), written to `episodes.jsonl` in the run
+    directory after the turn's reply was acted on; the cell's file has its `prompt_audit` (same `call`). A
+    resumed episode starts again from turn 0, so the file may hold the turns of an unfinished attempt before
+    the finished one: a cell's last run of turns from 0 is the one its terminal row summarises."""
+
+    EVENT: ClassVar[str] = "episode_turn"
+    turn: int = doc("the turn index, from 0 (the `call` of this turn's `prompt_audit`)")
+    prompt_tokens: int = doc("our exact count of the turn's prompt")
+    served_prompt_tokens: int | None = doc("the server's count of it; null when not reported")
+    reply: str = doc("the agent's raw reply")
+    done: bool = doc("true when the task ended the episode after this reply")
+    tool_error: bool = doc("true when the reply's action failed (malformed, unknown tool, refused by the tool)")
+    record: dict[str, Any] = doc("the task's own record of the step (action, tool output), JSON-safe copy")
+    appended: list[dict[str, Any]] = doc("the messages added to the history, `{role, content, metadata}`: the "
+                                         "reply, then what answered it (tool result, the user's next message)")
+    user_calls: list[dict[str, Any]] = doc("the simulated user's model calls of this turn, each `{prompt_tokens, "
+                                           "served_prompt_tokens, completion_tokens, latency_s, cached, completion}`: "
+                                           "logged here, never budgeted (turn 0 also has the user's opening calls)")
+
+
+@dataclass(kw_only=True)
+class EpisodeSummary:
+    """`episode` on the terminal row (`result`, `violation`, `error`) of an episodic task: the outcome of the
+    whole episode. Tasks with single calls have no `episode` field."""
+
+    reward: float = doc("the task's reward in [0, 1] (also the row's `quality`); 0 for a violation or error", 0.0)
+    end_reason: str | None = doc("`done` (the task ended it), `max_turns` (the turn limit), `violation` (a "
+                                 "prompt did not fit: the episode stopped at that turn) or `error`", None)
+    turns: int = doc("agent turns completed (replies acted on)", 0)
+    calls: int = doc("agent model calls made (each one gated and audited)", 0)
+    total_prompt_tokens: int = doc("sum of our counts over those calls", 0)
+    peak_prompt_tokens: int = doc("the largest of them (the row's `prompt_tokens` on a result)", 0)
+    tool_errors: int = doc("turns whose action was a tool error the agent saw", 0)
+    served_counts_match: bool | None = doc("every server-reported count equal to ours; null when the server "
+                                           "reported none", None)
+    user_calls: int = doc("simulated user model calls (not budgeted)", 0)
+    user_prompt_tokens: int = doc("their prompt tokens (our count)", 0)
+    user_completion_tokens: int = doc("their completion tokens", 0)
+    outcome: dict[str, Any] | None = doc("the task's grade detail (JSON-safe copy); null unless graded", None)
+
+
 CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Admitted, Error)
-ALL_EVENTS = (*CELL_EVENTS, RefusedCall)
+ALL_EVENTS = (*CELL_EVENTS, RefusedCall, EpisodeTurn)
 
 
 # ----------------------------------------------------------------- docs/events.md
@@ -201,6 +245,7 @@ runs/<name>/cells/<task>/<strategy>/<budget>/r<k>.jsonl   one event per line
 runs/<name>/retrievals/<system>/<item>.json               what a memory system returned
 runs/<name>/cache.sqlite                                  response cache (resume never pays twice; redacted)
 runs/<name>/late_calls.jsonl                              calls refused because their cell had ended
+runs/<name>/episodes.jsonl                                agent turns of episodic tasks (`episode_turn`)
 runs/<name>/.lock                                         held (flock) by the process writing the run
 runs/<name>/report/                                       tables, plots, index.html
 ```
@@ -284,6 +329,11 @@ def render_markdown() -> str:
     lines += ["", "## Terminal fields (result, violation, error, admitted)", "", "| field | type | meaning |", "|---|---|---|"]
     lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(Terminal)
               if f.name in terminal]
+    lines.append("| `episode` | dict | only on an episodic task's rows: see Episode fields |")
+    lines += ["", "## Episode fields (`episode` on terminal rows of an episodic task)", "",
+              (EpisodeSummary.__doc__ or "").strip().replace("\n    ", "\n"), "",
+              "| field | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(EpisodeSummary)]
     return "\n".join(lines) + "\n"
 
 

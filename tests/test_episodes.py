@@ -73,6 +73,79 @@ def test_doc_example_runs_every_call_through_the_gate(tmp_path):
     assert (narrow / "episodes.jsonl").read_text().count('"event": "episode_turn"') == sum(
         row["episode"]["calls"] for row in rows.values())
 
+    # Killed mid-episode: the truncation cell of one item lost everything after its first call.
+    cut_episode_and_resume(narrow, config, registry, rows)
+    report_shows_episodes(narrow, final_rows(narrow))
+
+
+def cut_episode_and_resume(run_dir: Path, config: RunConfig, registry, rows: dict) -> None:
+    """Resume redoes the cut episode from turn 0: one complete episode, one terminal row, and a
+    summary over the new attempt only; the other cells make no call."""
+    item = sorted(key[4] for key in rows if key[1] == "truncation")[0]
+    cell_file = next((run_dir / "cells").rglob("truncation/*/r0.jsonl"))
+    lines = [json.loads(line) for line in cell_file.read_text().splitlines()]
+    mine = [i for i, e in enumerate(lines) if e["item_id"] == item]
+    cut = next(i for i in mine if lines[i]["event"] == "prompt_audit" and lines[i]["call"] == 1)
+    kept = [e for i, e in enumerate(lines) if i < cut or e["item_id"] != item]
+    cell_file.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    turns_log = run_dir / "episodes.jsonl"
+    turns = [json.loads(line) for line in turns_log.read_text().splitlines()]
+    turns_log.write_text("".join(json.dumps(t) + "\n" for t in turns if not (
+        t["strategy"] == "truncation" and t["item_id"] == item and t["turn"] >= 1)))
+
+    again = run(config, registry=registry)
+    assert again.cells_skipped == 3 and again.results == 1 and again.errors == 0
+    after = [json.loads(line) for line in cell_file.read_text().splitlines()]
+    assert after[:cut] == [json.loads(json.dumps(e)) for e in kept[:cut]]  # nothing rewritten
+    redone = [e for e in after[cut:] if e["item_id"] == item]
+    assert [e["call"] for e in redone if e["event"] == "prompt_audit"] == [0, 1, 2]
+    terminal = [e for e in after if e["item_id"] == item and e["event"] in ("result", "violation", "error")]
+    assert len(terminal) == 1 and terminal[0] is redone[-1] and terminal[0]["event"] == "result"
+    episode = terminal[0]["episode"]
+    assert episode["turns"] == episode["calls"] == 3 and episode["end_reason"] == "done"
+    assert episode["total_prompt_tokens"] == sum(e["prompt_tokens"] for e in redone if e["event"] == "prompt_audit")
+    assert terminal[0]["quality"] == rows[next(k for k in rows if k[1] == "truncation" and k[4] == item)]["quality"]
+    logged = [t["turn"] for t in map(json.loads, turns_log.read_text().splitlines())
+              if t["strategy"] == "truncation" and t["item_id"] == item]
+    assert logged == [0, 0, 1, 2]  # the cut attempt's first turn, then the whole redone episode
+
+
+def report_shows_episodes(run_dir: Path, rows: dict) -> None:
+    """The report (Markdown, HTML, JSON) shows each episodic cell's reward with its interval,
+    turns, calls, peak prompt tokens, tool errors and end reasons, computed from the rows."""
+    from budgetbench_core.report.stats import estimate
+    from budgetbench_core.report.writer import write_report
+
+    paths = write_report(run_dir)
+    binary = json.loads((run_dir / "manifest.json").read_text())["grader"]["binary"]
+    report = json.loads(paths["json"].read_text())
+    html, markdown = paths["html"].read_text(), paths["md"].read_text()
+    assert 'id="episodes"' in html and "## Agent episodes per cell" in markdown
+    section = markdown.split("## Agent episodes per cell")[1].split("\n## ")[0]
+    assert html.split('id="episodes"')[1].split("</table>")[0].count("<tr>") == len(report["summary"]) + 1
+    for cell in report["summary"]:
+        mine = [r for k, r in rows.items() if (k[1], k[2]) == (cell["strategy"], cell["budget"])]
+        episodes = [r["episode"] for r in mine]
+        want = estimate([r["episode"]["reward"] for r in mine], binary)
+        assert cell["episodes"] == len(mine) == cell["reward_n"]
+        assert (cell["reward"], cell["reward_low"], cell["reward_high"]) == pytest.approx(
+            (want.mean, want.low, want.high))
+        assert cell["turns_mean"] == pytest.approx(sum(e["turns"] for e in episodes) / len(mine))
+        assert cell["calls_mean"] == pytest.approx(sum(e["calls"] for e in episodes) / len(mine))
+        assert cell["peak_prompt_tokens_max"] == max(e["peak_prompt_tokens"] for e in episodes)
+        assert cell["tool_errors_mean"] == 0
+        ends = [e["end_reason"] for e in episodes]
+        assert [cell[f"end_{r}"] for r in ("done", "max_turns", "violation", "error")] == [
+            ends.count(r) for r in ("done", "max_turns", "violation", "error")]
+        line = next(x for x in section.splitlines() if x.startswith(f"| countdown | {cell['strategy']} | "
+                                                                     f"{cell['budget']} | {cell['episodes']} | "))
+        assert f"| {cell['reward']:.3f} | {cell['reward_low']:.3f} | {cell['reward_high']:.3f} |" in line
+        assert f"| {cell['end_done']} | {cell['end_max_turns']} | {cell['end_violation']} | {cell['end_error']} |" \
+            in line
+    truncation = next(c for c in report["summary"] if c["strategy"] == "truncation")
+    full = next(c for c in report["summary"] if c["strategy"] == "full_context")
+    assert truncation["end_done"] == 2 and full["end_violation"] >= 1  # the table tells them apart
+
 
 def marked(role, text, exchange=None, part=None):
     return Message(role, text, {"exchange": exchange, "exchange_part": part} if exchange else {})
@@ -92,15 +165,20 @@ def test_keep_exchanges_never_leaves_half_an_exchange():
 
 
 def test_report_summarises_episodes_per_cell():
+    from budgetbench_core.report.stats import estimate
     from budgetbench_core.report.tables import episode_columns
 
-    def row(event, reward, turns, peak, end):
-        return {"event": event, "episode": {"reward": reward, "turns": turns, "calls": turns, "peak_prompt_tokens": peak,
+    def row(event, reward, turns, peak, end, item):
+        return {"event": event, "item_id": item, "episode": {"reward": reward, "turns": turns, "calls": turns, "peak_prompt_tokens": peak,
                                             "tool_errors": 1, "end_reason": end}}
 
-    columns = episode_columns([row("result", 1.0, 4, 900, "done"), row("violation", 0.0, 2, 1100, "violation"),
-                               row("error", 0.0, 1, 500, "error")])
-    assert columns == {"episodes": 3, "reward_mean": 0.5, "turns_mean": 3.0, "calls_mean": 3.0,
-                       "peak_prompt_tokens_max": 1100.0, "tool_errors_mean": 1.0,
-                       "end_reasons": "done 1; error 1; violation 1"}
-    assert episode_columns([{"event": "result", "quality": 1.0}]) == {}
+    columns = episode_columns([row("result", 1.0, 4, 900, "done", "a"), row("result", 0.0, 4, 900, "max_turns", "a"),
+                               row("violation", 0.0, 2, 1100, "violation", "b"), row("error", 0.0, 1, 500, "error", "c")],
+                              binary=True)
+    reward = estimate([0.5, 0.0], binary=True)  # per item, over repeats; the error is left out
+    assert reward.method == "bounded-t"
+    assert columns == {"episodes": 4, "reward": 0.25, "reward_low": reward.low, "reward_high": reward.high,
+                       "reward_n": 2, "turns_mean": 10 / 3, "calls_mean": 10 / 3, "peak_prompt_tokens_max": 1100.0,
+                       "tool_errors_mean": 1.0, "end_done": 1, "end_max_turns": 1, "end_violation": 1,
+                       "end_error": 1, "end_reasons": "done 1; error 1; max_turns 1; violation 1"}
+    assert episode_columns([{"event": "result", "quality": 1.0}], binary=True) == {}

@@ -106,28 +106,36 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "aux_prompt_tokens": int(sum(r.get("aux_prompt_tokens") or 0 for r in rows)),
         "aux_completion_tokens": int(sum(r.get("aux_completion_tokens") or 0 for r in rows)),
         "cost": float(sum(costs)) if costs else None,
-        **episode_columns(rows),
+        **episode_columns(rows, binary),
     }
 
 
-def episode_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Agent episodes (rows with ``episode``): per-episode means of reward, turns and calls, the
-    largest prompt of any call, tool errors, and how the episodes ended (errors counted there
-    only, as they are left out of quality). Empty for other tasks."""
+END_REASONS = ("done", "max_turns", "violation", "error")
+
+
+def episode_columns(rows: list[dict[str, Any]], binary: bool) -> dict[str, Any]:
+    """Agent episodes (rows with ``episode``): the reward with the report's interval (over items,
+    an item's value its mean over repeats; violations 0, errors left out as in quality), per-episode
+    means of turns, calls and tool errors, the largest prompt of any call, and how the episodes
+    ended (``end_<reason>`` counts, errors included). Empty for other tasks."""
     every = [r for r in rows if isinstance(r.get("episode"), dict)]
     if not every:
         return {}
-    ends: dict[str, int] = {}
-    for row in every:
-        ends[str(row["episode"].get("end_reason"))] = ends.get(str(row["episode"].get("end_reason")), 0) + 1
-    episodes = [r["episode"] for r in every if r["event"] != "error"]
+    ends = Counter(str(r["episode"].get("end_reason")) for r in every)
+    scored = [r for r in every if r["event"] != "error"]
+    episodes = [r["episode"] for r in scored]
+    per_item: dict[str, list[float]] = defaultdict(list)
+    for row in scored:
+        per_item[str(row["item_id"])].append(float(row["episode"].get("reward") or 0.0))
+    reward = stats.estimate([float(np.mean(v)) for v in per_item.values()], binary)
     return {
         "episodes": len(every),
-        "reward_mean": _mean([float(e.get("reward") or 0.0) for e in episodes]),
+        **{f"reward{k}": v for k, v in _quality_columns("", reward).items()},
         "turns_mean": _mean([float(e.get("turns") or 0) for e in episodes]),
         "calls_mean": _mean([float(e.get("calls") or 0) for e in episodes]),
         "peak_prompt_tokens_max": _max([float(e.get("peak_prompt_tokens") or 0) for e in episodes]),
         "tool_errors_mean": _mean([float(e.get("tool_errors") or 0) for e in episodes]),
+        **{f"end_{reason}": ends.get(reason, 0) for reason in END_REASONS},
         "end_reasons": "; ".join(f"{k} {v}" for k, v in sorted(ends.items())),
     }
 

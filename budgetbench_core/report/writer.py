@@ -264,6 +264,14 @@ def _markdown(context: dict[str, Any]) -> str:
         "task", "strategy", "budget", "n_items", "violations", "errors", "violation_rate", "quality_all",
         "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
         *evidence[:4], "utilisation_mean", "latency_p50_s", "latency_p95_s", "model_calls", "cache_hits", "strategy_p50_s"])
+    episodic = [r for r in context["summary"] if "episodes" in r]
+    if episodic:
+        lines += [f"## Agent episodes per cell{note}", "",
+                  "Reward over items with its 95% interval (violations = 0, errors left out); turns, calls and tool "
+                  "errors are means per episode; peak is the largest prompt of any call; end_* count how the "
+                  "episodes ended.", ""] + table(episodic, [
+            "task", "strategy", "budget", "episodes", "reward", "reward_low", "reward_high", "reward_n", "turns_mean",
+            "calls_mean", "peak_prompt_tokens_max", "tool_errors_mean", *(f"end_{r}" for r in tables.END_REASONS)])
     lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
         "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
         "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
