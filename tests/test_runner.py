@@ -30,7 +30,7 @@ def test_every_cell_ends_in_a_row_and_none_is_over_budget(finished_run):
     out, summary = finished_run
     rows = final_rows(out)
     assert len(rows) == summary.cells_total == 2 * 2 * 2
-    for (task, strategy, budget, repeat, item), row in rows.items():
+    for (_task, _strategy, budget, _repeat, _item), row in rows.items():
         if row["event"] == "result":
             assert row["prompt_tokens"] <= budget
             assert row["served_prompt_tokens"] == row["prompt_tokens"]
