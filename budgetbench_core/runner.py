@@ -396,7 +396,7 @@ class Run:
     def _tokenizer_identity(self, tokenizer: Tokenizer) -> dict[str, Any]:
         """The tokenizer's id, backend and exactness; a ``server`` tokenizer is the served model's own,
         so its id (which names an ephemeral port) is left to the model and api base fields."""
-        spec = self.config.tokenizer or self.backend.default_tokenizer()
+        spec = self.config.tokenizer or self.backend.default_tokenizer() or ""  # resolved: never empty here
         info = tokenizer.info.to_dict()
         if spec.partition(":")[0] == "server":
             info["id"] = "server"
