@@ -34,25 +34,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # ----------------------------------------------------------------- machine and results
 
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on, including how busy it was."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=5).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "python": platform.python_version(), "git_commit": commit,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def write_result(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     command = " ".join(["python", "benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]])
-    payload = {"benchmark": name, "command": command,
-               **data, "machine_end": machine()}
+    payload = {"benchmark": name, "command": command, **data, "machine_end": machine()}
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path.relative_to(ROOT)}")
     return path
@@ -68,6 +74,7 @@ def require_data() -> None:
 
 
 # ----------------------------------------------------------------- the fake OpenAI-compatible server
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -108,20 +115,36 @@ class _Handler(BaseHTTPRequestHandler):
             if limited:
                 with self.server.lock:
                     stats["rate_limited"] += 1
-                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                           {"Retry-After": str(self.server.retry_after)})
+                self._send(
+                    429,
+                    {"error": {"message": "rate limited", "type": "rate_limit"}},
+                    {"Retry-After": str(self.server.retry_after)},
+                )
                 return
             if self.server.delay_s:
                 time.sleep(self.server.delay_s)
             prompt_tokens = self.server.count(request.get("messages", []))
-            self._send(200, {
-                "id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
-                "model": request.get("model", "bench"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "I do not know."}}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5,
-                          "total_tokens": prompt_tokens + 5},
-            })
+            self._send(
+                200,
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": request.get("model", "bench"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "I do not know."},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": 5,
+                        "total_tokens": prompt_tokens + 5,
+                    },
+                },
+            )
         finally:
             with self.server.lock:
                 stats["inflight"] -= 1
@@ -152,8 +175,12 @@ class _Server(ThreadingHTTPServer):
 
             self.encoding = tiktoken.get_encoding("cl100k_base")
         encode = self.encoding.encode
-        return 3 + sum(3 + len(encode(m.get("role") or "", disallowed_special=()))
-                       + len(encode(m.get("content") or "", disallowed_special=())) for m in messages)
+        return 3 + sum(
+            3
+            + len(encode(m.get("role") or "", disallowed_special=()))
+            + len(encode(m.get("content") or "", disallowed_special=()))
+            for m in messages
+        )
 
     def reset_stats(self) -> None:
         self.stats = {"requests": 0, "inflight": 0, "max_inflight": 0, "server_s": 0.0, "rate_limited": 0}
@@ -183,7 +210,9 @@ class FakeOpenAI:
     def __init__(self, delay_s: float = 0.0, rate_limit_first: int = 0, retry_after: float = 0.2) -> None:
         self.process = subprocess.Popen(
             [sys.executable, __file__, "serve", str(delay_s), str(rate_limit_first), str(retry_after)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.port = int(self.process.stdout.readline())
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_base = self.base + "/v1"
@@ -211,8 +240,10 @@ class FakeOpenAI:
 
 # ----------------------------------------------------------------- LongMemEval_S items and a task for them
 
-SYSTEM = ("You are a helpful assistant with a memory of past chat sessions with the user. "
-          "Answer the question using the sessions.")
+SYSTEM = (
+    "You are a helpful assistant with a memory of past chat sessions with the user. "
+    "Answer the question using the sessions."
+)
 
 
 def longmemeval_items(limit: int | None = None):
@@ -223,14 +254,21 @@ def longmemeval_items(limit: int | None = None):
     items = []
     for record in records[:limit]:
         history = []
-        for sid, date, session in zip(record["haystack_session_ids"], record["haystack_dates"],
-                                      record["haystack_sessions"]):
+        for sid, date, session in zip(
+            record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"]
+        ):
             for turn in session:
                 history.append(Message(turn["role"], turn["content"], {"session_id": sid, "timestamp": date}))
-        items.append(Item(id=record["question_id"], history=tuple(history),
-                          query=Message("user", f"[{record['question_date']}] {record['question']}"),
-                          answer=str(record["answer"]), system=Message("system", SYSTEM),
-                          category=record["question_type"]))
+        items.append(
+            Item(
+                id=record["question_id"],
+                history=tuple(history),
+                query=Message("user", f"[{record['question_date']}] {record['question']}"),
+                answer=str(record["answer"]),
+                system=Message("system", SYSTEM),
+                category=record["question_type"],
+            )
+        )
     return items
 
 

@@ -32,44 +32,85 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
     server.reset()
     marks: dict[str, float] = {}
     finished: list[float] = []
-    config = RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], out=out,
-                       model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base",
-                       limit=cells, max_concurrency=concurrency, task_options={"items": cells, "history_tokens": 400})
+    config = RunConfig(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[2048],
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=cells,
+        max_concurrency=concurrency,
+        task_options={"items": cells, "history_tokens": 400},
+    )
     cpu: list[float] = []
-    summary = run(config, on_start=lambda total, per: (marks.setdefault("start", time.perf_counter()),
-                                                      marks.setdefault("cpu", time.process_time())),
-                  progress=lambda name, n: (finished.append(time.perf_counter()), cpu.append(time.process_time())))
+    summary = run(
+        config,
+        on_start=lambda total, per: (
+            marks.setdefault("start", time.perf_counter()),
+            marks.setdefault("cpu", time.process_time()),
+        ),
+        progress=lambda name, n: (finished.append(time.perf_counter()), cpu.append(time.process_time())),
+    )
     stats = server.stats()
     results = sum(1 for e in iter_events(out) if e["event"] == "result")
     assert results == cells, (results, summary)
     seconds = finished[-1] - marks["start"]
-    return {"concurrency": concurrency, "cells": cells, "seconds": seconds, "cells_per_s": cells / seconds,
-            "max_inflight": stats["max_inflight"], "requests": stats["requests"],
-            "harness_cpu_ms_per_cell": (cpu[-1] - marks["cpu"]) / cells * 1e3}
+    return {
+        "concurrency": concurrency,
+        "cells": cells,
+        "seconds": seconds,
+        "cells_per_s": cells / seconds,
+        "max_inflight": stats["max_inflight"],
+        "requests": stats["requests"],
+        "harness_cpu_ms_per_cell": (cpu[-1] - marks["cpu"]) / cells * 1e3,
+    }
 
 
 def rate_limited(server: FakeOpenAI, out: Path, concurrency: int, cells: int, retry_after: float) -> dict:
     started = time.perf_counter()
-    config = RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], out=out,
-                       model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base",
-                       limit=cells, max_concurrency=concurrency, task_options={"items": cells, "history_tokens": 400})
+    config = RunConfig(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[2048],
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=cells,
+        max_concurrency=concurrency,
+        task_options={"items": cells, "history_tokens": 400},
+    )
     summary = run(config)
     wall = time.perf_counter() - started
     rows = [e for e in iter_events(out) if e["event"] in ("result", "error")]
     stats = server.stats()
-    return {"cells": cells, "concurrency": concurrency, "results": summary.results, "errors": summary.errors,
-            "rows_retried": sum(1 for r in rows if (r.get("attempts") or 1) > 1),
-            "server_429": stats["rate_limited"], "server_requests": stats["requests"],
-            "max_inflight": stats["max_inflight"], "retry_after_s": retry_after, "wall_s": wall,
-            "all_finished": summary.results == cells}
+    return {
+        "cells": cells,
+        "concurrency": concurrency,
+        "results": summary.results,
+        "errors": summary.errors,
+        "rows_retried": sum(1 for r in rows if (r.get("attempts") or 1) > 1),
+        "server_429": stats["rate_limited"],
+        "server_requests": stats["requests"],
+        "max_inflight": stats["max_inflight"],
+        "retry_after_s": retry_after,
+        "wall_s": wall,
+        "all_finished": summary.results == cells,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--waves", type=int, default=10,
-                        help="cells per level = waves x N: the first call goes alone (fail-fast probe), a fixed cost")
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=10,
+        help="cells per level = waves x N: the first call goes alone (fail-fast probe), a fixed cost",
+    )
     args = parser.parse_args()
     start = machine()
     rounds: list[list[dict]] = []
@@ -84,29 +125,44 @@ def main() -> None:
             for result in measured:
                 result["speedup"] = result["cells_per_s"] / base
                 result["efficiency"] = result["speedup"] / result["concurrency"]
-                print(f"repeat {repeat} concurrency {result['concurrency']:>2}: {result['cells_per_s']:6.1f} cells/s, "
-                      f"x{result['speedup']:.1f} ({result['efficiency']:.2f} of ideal), "
-                      f"server held at most {result['max_inflight']}, harness CPU "
-                      f"{result['harness_cpu_ms_per_cell']:.1f} ms per cell")
+                print(
+                    f"repeat {repeat} concurrency {result['concurrency']:>2}: {result['cells_per_s']:6.1f} cells/s, "
+                    f"x{result['speedup']:.1f} ({result['efficiency']:.2f} of ideal), "
+                    f"server held at most {result['max_inflight']}, harness CPU "
+                    f"{result['harness_cpu_ms_per_cell']:.1f} ms per cell"
+                )
             rounds.append(measured)
     summary = {}
     for index, level in enumerate(LEVELS):
-        summary[str(level)] = {key: round(median(r[index][key] for r in rounds), 3)
-                               for key in ("cells_per_s", "speedup", "efficiency", "max_inflight",
-                                           "harness_cpu_ms_per_cell")}
+        summary[str(level)] = {
+            key: round(median(r[index][key] for r in rounds), 3)
+            for key in ("cells_per_s", "speedup", "efficiency", "max_inflight", "harness_cpu_ms_per_cell")
+        }
     print("median:", summary, "targets (share of ideal):", TARGETS)
     retry_after = 0.5
     # Fewer 429s in a row than fail fast's limit (10), which would stop the run.
-    with FakeOpenAI(delay_s=args.delay, rate_limit_first=6, retry_after=retry_after) as server, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        FakeOpenAI(delay_s=args.delay, rate_limit_first=6, retry_after=retry_after) as server,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         limited = rate_limited(server, Path(tmp) / "429", 8, 24, retry_after)
     print("429 phase:", limited)
-    write_result("concurrency", {
-        "machine": start, "delay_s": args.delay, "levels": LEVELS, "median": summary,
-        "targets": {str(k): v for k, v in TARGETS.items()},
-        "met": {str(level): summary[str(level)]["efficiency"] >= share for level, share in TARGETS.items()},
-        "connection_limit_honoured": all(r[i]["max_inflight"] <= LEVELS[i] for r in rounds for i in range(len(LEVELS))),
-        "rate_limit_phase": limited, "rounds": rounds})
+    write_result(
+        "concurrency",
+        {
+            "machine": start,
+            "delay_s": args.delay,
+            "levels": LEVELS,
+            "median": summary,
+            "targets": {str(k): v for k, v in TARGETS.items()},
+            "met": {str(level): summary[str(level)]["efficiency"] >= share for level, share in TARGETS.items()},
+            "connection_limit_honoured": all(
+                r[i]["max_inflight"] <= LEVELS[i] for r in rounds for i in range(len(LEVELS))
+            ),
+            "rate_limit_phase": limited,
+            "rounds": rounds,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,12 @@ def per_message(make_tokenizer, item: Item, repeats: int) -> dict:
         tokens = sum(counter.message_tokens(m) for m in item.history)
         times.append(time.perf_counter() - started)
     seconds = median(times)
-    return {"messages": len(item.history), "tokens": tokens, "seconds": round(seconds, 4),
-            "tokens_per_s": round(tokens / seconds)}
+    return {
+        "messages": len(item.history),
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_s": round(tokens / seconds),
+    }
 
 
 def truncation_item(make_tokenizer, item: Item) -> dict:
@@ -101,8 +105,12 @@ def truncation_item(make_tokenizer, item: Item) -> dict:
         context = StrategyContext(item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path("."))
         prompt = strategy.apply(item.history, budget, context)
         assert counter.count(prompt) <= budget  # the runner's own exact count
-    return {"ms_per_item": (time.perf_counter() - started) * 1e3, "tokenizer_calls": tokenizer.calls,
-            "http_requests": tokenizer.http_requests, "cpu_ms_per_item": (time.process_time() - cpu) * 1e3}
+    return {
+        "ms_per_item": (time.perf_counter() - started) * 1e3,
+        "tokenizer_calls": tokenizer.calls,
+        "http_requests": tokenizer.http_requests,
+        "cpu_ms_per_item": (time.process_time() - cpu) * 1e3,
+    }
 
 
 def history_of(tokens: int, pool: list[Item]) -> Item:
@@ -115,8 +123,13 @@ def history_of(tokens: int, pool: list[Item]) -> Item:
             break
         history.append(message)
         total += counter.count_text(message.content)
-    return Item(id=f"history-{tokens}", history=tuple(history), query=pool[0].query, answer=pool[0].answer,
-                system=pool[0].system)
+    return Item(
+        id=f"history-{tokens}",
+        history=tuple(history),
+        query=pool[0].query,
+        answer=pool[0].answer,
+        system=pool[0].system,
+    )
 
 
 def main() -> None:
@@ -129,8 +142,10 @@ def main() -> None:
 
     backend = LocalBackend()
     backend.start()
-    tokenizers = {"server": lambda: server_tokenizer("", backend),  # as a run builds it (in-process estimates)
-                  "tiktoken": lambda: TiktokenTokenizer("cl100k_base")}
+    tokenizers = {
+        "server": lambda: server_tokenizer("", backend),  # as a run builds it (in-process estimates)
+        "tiktoken": lambda: TiktokenTokenizer("cl100k_base"),
+    }
     results: dict = {"machine": start, "tiers": TIERS}
     try:
         pool = longmemeval_items(8)
@@ -139,8 +154,10 @@ def main() -> None:
         for name, make in tokenizers.items():
             results[f"{name}_whole_prompt"] = whole_prompt(make, item, args.repeats)
             results[f"{name}_per_message_cold"] = per_message(make, item, args.repeats)
-            print(f"{name}: whole 115K prompt {results[f'{name}_whole_prompt']}; "
-                  f"per message, cold {results[f'{name}_per_message_cold']}")
+            print(
+                f"{name}: whole 115K prompt {results[f'{name}_whole_prompt']}; "
+                f"per message, cold {results[f'{name}_per_message_cold']}"
+            )
         synthetic = {size: history_of(size, pool) for size in (50_000, 100_000, 200_000)}
         truncation: dict = {}
 
@@ -154,24 +171,34 @@ def main() -> None:
         for name, make in {**tokenizers, "server-whole-texts (before)": whole_texts}.items():
             for size, history_item in synthetic.items():
                 runs = [truncation_item(make, history_item) for _ in range(args.repeats)]
-                figure = {"ms_per_item": round(median(r["ms_per_item"] for r in runs), 1),
-                          "cpu_ms_per_item": round(median(r["cpu_ms_per_item"] for r in runs), 1),
-                          "tokenizer_calls": runs[0]["tokenizer_calls"], "http_requests": runs[0]["http_requests"],
-                          "history_messages": len(history_item.history)}
+                figure = {
+                    "ms_per_item": round(median(r["ms_per_item"] for r in runs), 1),
+                    "cpu_ms_per_item": round(median(r["cpu_ms_per_item"] for r in runs), 1),
+                    "tokenizer_calls": runs[0]["tokenizer_calls"],
+                    "http_requests": runs[0]["http_requests"],
+                    "history_messages": len(history_item.history),
+                }
                 truncation[f"{name}:{size}"] = figure
                 print(f"truncation, {name}, {size}-token history, five tiers: {figure}")
         results["truncation_five_tiers"] = truncation
         results["history_200k_tiktoken_tokens"] = TiktokenTokenizer("cl100k_base").count(
-            synthetic[200_000].frame(list(synthetic[200_000].history)))
+            synthetic[200_000].frame(list(synthetic[200_000].history))
+        )
     finally:
         backend.stop()
     figures = results["truncation_five_tiers"]
-    results["targets"] = {"tiktoken": "truncation over a 200K-token history at five tiers < 100 ms per item",
-                          "server": "the same with the exact server tokenizer < 200 ms per item"}
-    results["met"] = {"tiktoken": figures["tiktoken:200000"]["ms_per_item"] < 100,
-                      "server": figures["server:200000"]["ms_per_item"] < 200}
-    print(f"200K-token history, five tiers: tiktoken {figures['tiktoken:200000']['ms_per_item']} ms (target < 100), "
-          f"server {figures['server:200000']['ms_per_item']} ms (target < 200)")
+    results["targets"] = {
+        "tiktoken": "truncation over a 200K-token history at five tiers < 100 ms per item",
+        "server": "the same with the exact server tokenizer < 200 ms per item",
+    }
+    results["met"] = {
+        "tiktoken": figures["tiktoken:200000"]["ms_per_item"] < 100,
+        "server": figures["server:200000"]["ms_per_item"] < 200,
+    }
+    print(
+        f"200K-token history, five tiers: tiktoken {figures['tiktoken:200000']['ms_per_item']} ms (target < 100), "
+        f"server {figures['server:200000']['ms_per_item']} ms (target < 200)"
+    )
     write_result("counting", results)
 
 

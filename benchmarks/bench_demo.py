@@ -34,31 +34,47 @@ def one_demo() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "demo"
         started = time.perf_counter()
-        done = subprocess.run([str(BUDGETBENCH), "demo", "-o", str(out), "--display", "plain"], cwd=tmp,
-                              capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+        done = subprocess.run(
+            [str(BUDGETBENCH), "demo", "-o", str(out), "--display", "plain"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"demo exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         prompts = json.loads((out / "prompts" / "manifest.json").read_text())
         answered = json.loads((out / "answered" / "manifest.json").read_text())
+
         def span(manifest: dict) -> float | None:
             first = manifest["invocations"][-1]
             if not first.get("finished"):
                 return None
-            return round((datetime.fromisoformat(first["finished"]) - datetime.fromisoformat(first["started"]))
-                         .total_seconds(), 1)
+            return round(
+                (datetime.fromisoformat(first["finished"]) - datetime.fromisoformat(first["started"])).total_seconds(),
+                1,
+            )
 
         return {
             "wall_s": round(wall, 1),
-            "prompts_run_s": span(prompts), "answered_run_s": span(answered),
-            "prompts_only_calls": prompts["calls_made"], "answered_calls": answered["calls_made"],
-            "evidence": _cells(out / "prompts" / "report" / "report.json",
-                               ("violation_rate", "evidence_all", "evidence_all_low", "evidence_all_high",
-                                "evidence_all_n")),
-            "quality": _cells(out / "answered" / "report" / "report.json",
-                              ("violation_rate", "quality_all", "quality_all_low", "quality_all_high", "quality_all_n")),
-            "summary": [line for line in done.stderr.splitlines() + done.stdout.splitlines()
-                        if line.startswith(("Evidence recall", "  ", "Answered run", "reports:"))][-16:],
+            "prompts_run_s": span(prompts),
+            "answered_run_s": span(answered),
+            "prompts_only_calls": prompts["calls_made"],
+            "answered_calls": answered["calls_made"],
+            "evidence": _cells(
+                out / "prompts" / "report" / "report.json",
+                ("violation_rate", "evidence_all", "evidence_all_low", "evidence_all_high", "evidence_all_n"),
+            ),
+            "quality": _cells(
+                out / "answered" / "report" / "report.json",
+                ("violation_rate", "quality_all", "quality_all_low", "quality_all_high", "quality_all_n"),
+            ),
+            "summary": [
+                line
+                for line in done.stderr.splitlines() + done.stdout.splitlines()
+                if line.startswith(("Evidence recall", "  ", "Answered run", "reports:"))
+            ][-16:],
         }
 
 
@@ -69,13 +85,16 @@ def main() -> None:
     before = machine()
     runs = [one_demo() for _ in range(args.repeats)]
     walls = [r["wall_s"] for r in runs]
-    print(f"demo wall time: {', '.join(f'{w:.1f} s' for w in walls)} (median {median(walls):.1f} s; target < 180 s "
-          f"idle); load average before {before['load_average']}; last: prompts-only run {runs[-1]['prompts_run_s']} s, "
-          f"answered run {runs[-1]['answered_run_s']} s")
+    print(
+        f"demo wall time: {', '.join(f'{w:.1f} s' for w in walls)} (median {median(walls):.1f} s; target < 180 s "
+        f"idle); load average before {before['load_average']}; last: prompts-only run {runs[-1]['prompts_run_s']} s, "
+        f"answered run {runs[-1]['answered_run_s']} s"
+    )
     for line in runs[-1]["summary"]:
         print(line)
-    write_result("demo", {"machine": before, "wall_s": walls, "wall_s_median": median(walls),
-                          "target_s": 180, "last": runs[-1]})
+    write_result(
+        "demo", {"machine": before, "wall_s": walls, "wall_s_median": median(walls), "target_s": 180, "last": runs[-1]}
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ SETTINGS = {
     "threads 1/2": {"threads": 1, "batch_threads": 2, "env": {}},
     "threads 1/2, PASSIVE": {"threads": 1, "batch_threads": 2, "env": {"OMP_WAIT_POLICY": "PASSIVE"}},
 }
-PROMPT = ("Summarise this note about the garden. The tomatoes were planted in April next to the basil, "
-          "and the beans went along the fence. ") * 10
+PROMPT = (
+    "Summarise this note about the garden. The tomatoes were planted in April next to the basil, "
+    "and the beans went along the fence. "
+) * 10
 
 
 def child(threads: int, batch_threads: int, repeats: int, generate: int, timeout_s: float) -> None:
@@ -50,14 +52,28 @@ def child(threads: int, batch_threads: int, repeats: int, generate: int, timeout
         if time.monotonic() > deadline and len(runs) >= 1:
             break
         began = time.perf_counter()
-        reply = httpx.post(backend.server_url + "/v1/chat/completions", timeout=timeout_s, json={
-            "messages": [{"role": "user", "content": f"[{index}] {PROMPT}"}], "max_tokens": generate,
-            "temperature": 0, "cache_prompt": False, "ignore_eos": True}).json()
+        reply = httpx.post(
+            backend.server_url + "/v1/chat/completions",
+            timeout=timeout_s,
+            json={
+                "messages": [{"role": "user", "content": f"[{index}] {PROMPT}"}],
+                "max_tokens": generate,
+                "temperature": 0,
+                "cache_prompt": False,
+                "ignore_eos": True,
+            },
+        ).json()
         timings = reply["timings"]
         if index:
-            runs.append({"prompt_tokens": timings["prompt_n"], "prompt_tok_s": timings["prompt_per_second"],
-                         "generated": timings["predicted_n"], "generation_tok_s": timings["predicted_per_second"],
-                         "wall_s": time.perf_counter() - began})
+            runs.append(
+                {
+                    "prompt_tokens": timings["prompt_n"],
+                    "prompt_tok_s": timings["prompt_per_second"],
+                    "generated": timings["predicted_n"],
+                    "generation_tok_s": timings["predicted_per_second"],
+                    "wall_s": time.perf_counter() - began,
+                }
+            )
     print(json.dumps({"start_s": start_s, "runs": runs, "describe": backend.describe()}))
     backend.stop()
 
@@ -89,34 +105,78 @@ def main() -> None:
             loops = busy_loops(load)
             before = os.getloadavg()[0]
             try:
-                out = subprocess.run([sys.executable, __file__, "child", str(setting["threads"]),
-                                      str(setting["batch_threads"]), str(args.repeats), str(args.generate),
-                                      str(args.timeout)], env=env, capture_output=True, text=True,
-                                     timeout=args.timeout * 2)
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "child",
+                        str(setting["threads"]),
+                        str(setting["batch_threads"]),
+                        str(args.repeats),
+                        str(args.generate),
+                        str(args.timeout),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=args.timeout * 2,
+                )
             except subprocess.TimeoutExpired:
                 out = None
             finally:
                 for loop in loops:
                     loop.kill()
                     loop.wait()
-            cell = {"setting": name, **setting, "busy_loops": load, "load_average_before": round(before, 2),
-                    "load_average_after": round(os.getloadavg()[0], 2)}
+            cell = {
+                "setting": name,
+                **setting,
+                "busy_loops": load,
+                "load_average_before": round(before, 2),
+                "load_average_after": round(os.getloadavg()[0], 2),
+            }
             if out is None or out.returncode != 0 or not out.stdout.strip():
                 cell["error"] = "timed out" if out is None else out.stderr[-500:]
             else:
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 runs = result["runs"]
-                cell.update({"runs": runs, "start_s": round(result["start_s"], 2), "openmp": result["describe"]["openmp"],
-                             "prompt_tok_s": round(median(r["prompt_tok_s"] for r in runs), 1),
-                             "generation_tok_s": round(median(r["generation_tok_s"] for r in runs), 2)})
+                cell.update(
+                    {
+                        "runs": runs,
+                        "start_s": round(result["start_s"], 2),
+                        "openmp": result["describe"]["openmp"],
+                        "prompt_tok_s": round(median(r["prompt_tok_s"] for r in runs), 1),
+                        "generation_tok_s": round(median(r["generation_tok_s"] for r in runs), 2),
+                    }
+                )
             cells.append(cell)
-            write_result(args.name, {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
-                                               "repeats": args.repeats, "complete": False, "cells": cells})
-            print(f"busy loops {load}, {name:24}: prompt {cell.get('prompt_tok_s', '-')} tok/s, generation "
-                  f"{cell.get('generation_tok_s', '-')} tok/s (load {cell['load_average_before']} -> "
-                  f"{cell['load_average_after']}){' ' + cell['error'][:80] if 'error' in cell else ''}", flush=True)
-    write_result(args.name, {"machine": start, "prompt_chars": len(PROMPT), "generate": args.generate,
-                                       "repeats": args.repeats, "complete": True, "cells": cells})
+            write_result(
+                args.name,
+                {
+                    "machine": start,
+                    "prompt_chars": len(PROMPT),
+                    "generate": args.generate,
+                    "repeats": args.repeats,
+                    "complete": False,
+                    "cells": cells,
+                },
+            )
+            print(
+                f"busy loops {load}, {name:24}: prompt {cell.get('prompt_tok_s', '-')} tok/s, generation "
+                f"{cell.get('generation_tok_s', '-')} tok/s (load {cell['load_average_before']} -> "
+                f"{cell['load_average_after']}){' ' + cell['error'][:80] if 'error' in cell else ''}",
+                flush=True,
+            )
+    write_result(
+        args.name,
+        {
+            "machine": start,
+            "prompt_chars": len(PROMPT),
+            "generate": args.generate,
+            "repeats": args.repeats,
+            "complete": True,
+            "cells": cells,
+        },
+    )
 
 
 if __name__ == "__main__":

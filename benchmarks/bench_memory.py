@@ -48,26 +48,51 @@ def main() -> None:
         def progress(name: str, n: int) -> None:
             cells["done"] += n
             if cells["done"] % len(TIERS) == 0:
-                per_item.append({"item": cells["done"] // len(TIERS), "rss_mb": sampler.current() / MB,
-                                 "peak_mb": sampler.peak / MB, "t_s": time.perf_counter() - began})
+                per_item.append(
+                    {
+                        "item": cells["done"] // len(TIERS),
+                        "rss_mb": sampler.current() / MB,
+                        "peak_mb": sampler.peak / MB,
+                        "t_s": time.perf_counter() - began,
+                    }
+                )
 
-        config = RunConfig(task=task, task_options=options, grader=grader, strategies=[args.strategy], budgets=TIERS,
-                           out=Path(tmp) / "run", model="openai/bench", api_base=server.api_base,
-                           tokenizer="tiktoken:cl100k_base", limit=args.items, max_concurrency=1)
+        config = RunConfig(
+            task=task,
+            task_options=options,
+            grader=grader,
+            strategies=[args.strategy],
+            budgets=TIERS,
+            out=Path(tmp) / "run",
+            model="openai/bench",
+            api_base=server.api_base,
+            tokenizer="tiktoken:cl100k_base",
+            limit=args.items,
+            max_concurrency=1,
+        )
         summary = run(config, registry, progress=progress)
     assert summary.errors == 0, f"{summary.errors} error rows"
     xs = [p["item"] for p in per_item[1:]]
     ys = [p["rss_mb"] for p in per_item[1:]]
     growth = slope(xs, ys) * 10 if len(xs) > 2 else None
-    figures = {"strategy": args.strategy, "task": task, "items": len(per_item), "rss_before_mb": round(before / MB, 1),
-               "rss_after_first_item_mb": round(per_item[0]["rss_mb"], 1), "peak_mb": round(sampler.peak / MB, 1),
-               "rss_last_item_mb": round(per_item[-1]["rss_mb"], 1),
-               "growth_mb_per_10_items": None if growth is None else round(growth, 2),
-               "wall_s": round(per_item[-1]["t_s"], 1), "per_item": per_item}
-    print(f"{args.strategy} over {len(per_item)} items: RSS {figures['rss_before_mb']} MB before, "
-          f"{figures['rss_after_first_item_mb']} MB after item 1 (items, encodings, any model loaded), "
-          f"peak {figures['peak_mb']} MB, "
-          f"growth {figures['growth_mb_per_10_items']} MB per 10 items")
+    figures = {
+        "strategy": args.strategy,
+        "task": task,
+        "items": len(per_item),
+        "rss_before_mb": round(before / MB, 1),
+        "rss_after_first_item_mb": round(per_item[0]["rss_mb"], 1),
+        "peak_mb": round(sampler.peak / MB, 1),
+        "rss_last_item_mb": round(per_item[-1]["rss_mb"], 1),
+        "growth_mb_per_10_items": None if growth is None else round(growth, 2),
+        "wall_s": round(per_item[-1]["t_s"], 1),
+        "per_item": per_item,
+    }
+    print(
+        f"{args.strategy} over {len(per_item)} items: RSS {figures['rss_before_mb']} MB before, "
+        f"{figures['rss_after_first_item_mb']} MB after item 1 (items, encodings, any model loaded), "
+        f"peak {figures['peak_mb']} MB, "
+        f"growth {figures['growth_mb_per_10_items']} MB per 10 items"
+    )
     write_result(f"memory_{args.strategy}", {"machine": start, "tiers": TIERS, **figures})
 
 

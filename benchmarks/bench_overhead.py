@@ -28,10 +28,22 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
     finished: list[float] = []
     cpu: list[float] = []
     server.reset()
-    config = RunConfig(task=BENCH_TASK, strategies=["truncation"], budgets=BUDGETS, out=out, model="openai/bench",
-                       api_base=server.api_base, tokenizer="tiktoken:cl100k_base", limit=items, max_concurrency=1)
-    summary = run(config, registry, progress=lambda name, n: (finished.append(time.perf_counter()),
-                                                                cpu.append(time.process_time())))
+    config = RunConfig(
+        task=BENCH_TASK,
+        strategies=["truncation"],
+        budgets=BUDGETS,
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=items,
+        max_concurrency=1,
+    )
+    summary = run(
+        config,
+        registry,
+        progress=lambda name, n: (finished.append(time.perf_counter()), cpu.append(time.process_time())),
+    )
     stats = server.stats()
     rows = [e for e in iter_events(out) if e["event"] == "result"]
     assert len(rows) == items * len(BUDGETS), (len(rows), summary)
@@ -41,11 +53,15 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
     strategy = sum(r["strategy_s"] for r in rows) / len(rows)
     client = sum(r["latency_s"] for r in rows) / len(rows)
     return {
-        "cells": len(rows), "wall_s": summary.wall_s, "per_cell_ms": per_cell * 1e3,
-        "median_interval_ms": median(intervals) * 1e3, "server_ms": server_per_call * 1e3,
+        "cells": len(rows),
+        "wall_s": summary.wall_s,
+        "per_cell_ms": per_cell * 1e3,
+        "median_interval_ms": median(intervals) * 1e3,
+        "server_ms": server_per_call * 1e3,
         "overhead_ms": (per_cell - server_per_call) * 1e3,
         "harness_cpu_ms": (cpu[-1] - cpu[0]) / (len(cpu) - 1) * 1e3,
-        "strategy_ms": strategy * 1e3, "http_client_ms": (client - server_per_call) * 1e3,
+        "strategy_ms": strategy * 1e3,
+        "http_client_ms": (client - server_per_call) * 1e3,
         "rest_ms": (per_cell - strategy - client) * 1e3,
         "prompt_tokens_mean": sum(r["prompt_tokens"] for r in rows) / len(rows),
     }
@@ -54,14 +70,26 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
 def short_histories(server: FakeOpenAI, registry, out: Path, cells: int) -> dict:
     """Harness CPU per call on short histories (synthetic-memory, 400 tokens, one tier), instant server."""
     marks: list[tuple[float, float]] = []
-    config = RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[2048], out=out, model="openai/bench",
-                       api_base=server.api_base, tokenizer="tiktoken:cl100k_base", limit=cells, max_concurrency=1,
-                       task_options={"items": cells, "history_tokens": 400})
+    config = RunConfig(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[2048],
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=cells,
+        max_concurrency=1,
+        task_options={"items": cells, "history_tokens": 400},
+    )
     summary = run(config, registry, progress=lambda name, n: marks.append((time.perf_counter(), time.process_time())))
     assert summary.results == cells, summary
     (w0, c0), (w1, c1) = marks[0], marks[-1]
-    return {"cells": cells, "harness_cpu_ms": (c1 - c0) / (len(marks) - 1) * 1e3,
-            "wall_ms_per_cell": (w1 - w0) / (len(marks) - 1) * 1e3}
+    return {
+        "cells": cells,
+        "harness_cpu_ms": (c1 - c0) / (len(marks) - 1) * 1e3,
+        "wall_ms_per_cell": (w1 - w0) / (len(marks) - 1) * 1e3,
+    }
 
 
 def transport_costs(server: FakeOpenAI, calls: int = 40) -> dict:
@@ -78,9 +106,16 @@ def transport_costs(server: FakeOpenAI, calls: int = 40) -> dict:
     messages = [Message("user", "What did I say about my dog's name?")]
     senders = {
         "backend": lambda: backend.complete(messages, GenerationParams(32, 0.0, 0)),
-        "litellm": lambda: litellm.completion(model="openai/bench", api_base=server.api_base, api_key="not-needed",
-                                              messages=[m.to_chat() for m in messages], max_tokens=32,
-                                              temperature=0.0, seed=0, num_retries=0),
+        "litellm": lambda: litellm.completion(
+            model="openai/bench",
+            api_base=server.api_base,
+            api_key="not-needed",
+            messages=[m.to_chat() for m in messages],
+            max_tokens=32,
+            temperature=0.0,
+            seed=0,
+            num_retries=0,
+        ),
     }
     wall = {name: [] for name in senders}
     cpu = {name: [] for name in senders}
@@ -92,8 +127,11 @@ def transport_costs(server: FakeOpenAI, calls: int = 40) -> dict:
             send()
             wall[name].append(time.perf_counter() - w)
             cpu[name].append(time.process_time() - c)
-    return {f"{name}_{kind}_ms": round(median(values[name]) * 1e3, 2)
-            for kind, values in (("wall", wall), ("cpu", cpu)) for name in senders}
+    return {
+        f"{name}_{kind}_ms": round(median(values[name]) * 1e3, 2)
+        for kind, values in (("wall", wall), ("cpu", cpu))
+        for name in senders
+    }
 
 
 def main() -> None:
@@ -110,11 +148,13 @@ def main() -> None:
         for repeat in range(args.repeats):
             result = one_run(server, registry, Path(tmp) / f"run{repeat}", args.items)
             runs.append(result)
-            print(f"run {repeat}: {result['cells']} cells, {result['per_cell_ms']:.1f} ms per cell, server "
-                  f"{result['server_ms']:.2f} ms -> harness {result['overhead_ms']:.1f} ms per call "
-                  f"(CPU {result['harness_cpu_ms']:.1f} ms) "
-                  f"(strategy {result['strategy_ms']:.1f}, http client {result['http_client_ms']:.1f}, "
-                  f"counting+logging+grading {result['rest_ms']:.1f})")
+            print(
+                f"run {repeat}: {result['cells']} cells, {result['per_cell_ms']:.1f} ms per cell, server "
+                f"{result['server_ms']:.2f} ms -> harness {result['overhead_ms']:.1f} ms per call "
+                f"(CPU {result['harness_cpu_ms']:.1f} ms) "
+                f"(strategy {result['strategy_ms']:.1f}, http client {result['http_client_ms']:.1f}, "
+                f"counting+logging+grading {result['rest_ms']:.1f})"
+            )
         short = [short_histories(server, registry, Path(tmp) / f"short{r}", 300) for r in range(args.repeats)]
         print("short histories:", short)
         transport = transport_costs(server)
@@ -122,12 +162,27 @@ def main() -> None:
     keys = ["overhead_ms", "harness_cpu_ms", "strategy_ms", "http_client_ms", "rest_ms", "server_ms", "per_cell_ms"]
     summary = {key: round(median(r[key] for r in runs), 2) for key in keys}
     print("median:", summary, "target: overhead_ms < 5")
-    write_result("overhead", {"machine": start, "budgets": BUDGETS, "items": args.items, "strategy": "truncation",
-                              "tokenizer": "tiktoken:cl100k_base", "median": summary, "target_ms": 5,
-                              "met": summary["overhead_ms"] < 5, "transport": transport, "runs": runs,
-                              "short_histories": {"harness_cpu_ms": round(median(r["harness_cpu_ms"] for r in short), 2),
-                                                  "target_ms": 2, "runs": short},
-                              "targets": {"long_cpu_ms": 5, "short_cpu_ms": 2}})
+    write_result(
+        "overhead",
+        {
+            "machine": start,
+            "budgets": BUDGETS,
+            "items": args.items,
+            "strategy": "truncation",
+            "tokenizer": "tiktoken:cl100k_base",
+            "median": summary,
+            "target_ms": 5,
+            "met": summary["overhead_ms"] < 5,
+            "transport": transport,
+            "runs": runs,
+            "short_histories": {
+                "harness_cpu_ms": round(median(r["harness_cpu_ms"] for r in short), 2),
+                "target_ms": 2,
+                "runs": short,
+            },
+            "targets": {"long_cpu_ms": 5, "short_cpu_ms": 2},
+        },
+    )
 
 
 if __name__ == "__main__":

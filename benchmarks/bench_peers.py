@@ -34,7 +34,7 @@ from _common import FakeOpenAI, machine, write_result
 
 HERE = Path(__file__).resolve().parent
 
-INSPECT_CHILD = r'''
+INSPECT_CHILD = r"""
 import json, sys, time
 from inspect_ai import Task, eval
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -53,7 +53,7 @@ wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 log = logs[0]
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "status": log.status,
                   "samples": len(log.samples or []), "version": __import__("inspect_ai").__version__}))
-'''
+"""
 
 LM_EVAL_CHILD = r'''
 import json, os, sys, time
@@ -100,9 +100,15 @@ print(json.dumps({"wall_s": wall, "cpu_s": cpu, "status": "success", "samples": 
 def prompts(count: int) -> list[dict]:
     """Short factual questions, each with an answer the fake server does not give."""
     cities = ["Paris", "Lima", "Oslo", "Cairo", "Hanoi", "Quito", "Accra", "Bern", "Doha", "Riga"]
-    return [{"id": f"q{i:03d}", "prompt": f"Question {i}: in one word, which city did I say I moved to in "
-                                         f"{1990 + i % 30}, {cities[i % len(cities)]} or somewhere else?",
-             "answer": cities[i % len(cities)]} for i in range(count)]
+    return [
+        {
+            "id": f"q{i:03d}",
+            "prompt": f"Question {i}: in one word, which city did I say I moved to in "
+            f"{1990 + i % 30}, {cities[i % len(cities)]} or somewhere else?",
+            "answer": cities[i % len(cities)],
+        }
+        for i in range(count)
+    ]
 
 
 def budgetbench_child(prompts_file: str, api_base: str, concurrency: int, out: str) -> None:
@@ -131,41 +137,71 @@ def budgetbench_child(prompts_file: str, api_base: str, concurrency: int, out: s
 
     registry = registry_with(Plugin, distribution="bench-peers")
     _litellm()  # imported before timing, like every harness's libraries
-    config = RunConfig(task="peer-prompts", strategies=["truncation"], budgets=[1024], out=Path(out),
-                       model="openai/bench-model", api_base=api_base, tokenizer="tiktoken:cl100k_base",
-                       max_concurrency=concurrency, temperature=0.0)
+    config = RunConfig(
+        task="peer-prompts",
+        strategies=["truncation"],
+        budgets=[1024],
+        out=Path(out),
+        model="openai/bench-model",
+        api_base=api_base,
+        tokenizer="tiktoken:cl100k_base",
+        max_concurrency=concurrency,
+        temperature=0.0,
+    )
     wall, cpu = time.perf_counter(), time.process_time()
     summary = run(config, registry)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     from importlib import metadata
 
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "status": "success" if summary.results == len(rows) else "failed",
-                      "samples": summary.results, "errors": summary.errors, "version": metadata.version("budgetbench")}))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "status": "success" if summary.results == len(rows) else "failed",
+                "samples": summary.results,
+                "errors": summary.errors,
+                "version": metadata.version("budgetbench"),
+            }
+        )
+    )
 
 
 def ensure_peer_venv(venv: Path, packages: list[str]) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    missing = [p for p in packages if subprocess.run([str(python), "-c", f"import {p.split('[')[0].replace('-', '_')}"],
-                                                     capture_output=True).returncode != 0]
+    missing = [
+        p
+        for p in packages
+        if subprocess.run(
+            [str(python), "-c", f"import {p.split('[')[0].replace('-', '_')}"], capture_output=True
+        ).returncode
+        != 0
+    ]
     install = {"inspect_ai": "inspect-ai", "lm_eval": "lm-eval[api]", "openai": "openai"}
     if missing:
         subprocess.run([str(python), "-m", "pip", "install", "-q", *(install[p] for p in missing)], check=True)
     return python
 
 
-def run_child(name: str, command: list[str], env: dict[str, str], server: FakeOpenAI, samples: int,
-              timeout_s: float) -> dict:
+def run_child(
+    name: str, command: list[str], env: dict[str, str], server: FakeOpenAI, samples: int, timeout_s: float
+) -> dict:
     server.reset()
     load = os.getloadavg()[0]
     began = time.perf_counter()
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
     process_s = time.perf_counter() - began
     stats = server.stats()
-    result: dict = {"harness": name, "load_average_before": round(load, 2),
-                    "load_average_after": round(os.getloadavg()[0], 2), "process_wall_s": round(process_s, 2),
-                    "server_requests": stats["requests"], "server_max_inflight": stats["max_inflight"]}
+    result: dict = {
+        "harness": name,
+        "load_average_before": round(load, 2),
+        "load_average_after": round(os.getloadavg()[0], 2),
+        "process_wall_s": round(process_s, 2),
+        "server_requests": stats["requests"],
+        "server_max_inflight": stats["max_inflight"],
+    }
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         result["error"] = (out.stderr or out.stdout)[-1500:]
@@ -196,22 +232,45 @@ def main() -> None:
     with FakeOpenAI(delay_s=args.delay) as server, tempfile.TemporaryDirectory() as tmp:
         prompts_file = Path(tmp) / "prompts.json"
         prompts_file.write_text(json.dumps(prompts(args.samples)))
-        env = {**os.environ, "BENCH_API_KEY": "not-needed", "BENCH_BASE_URL": server.api_base,
-               "OPENAI_API_KEY": "not-needed", "INSPECT_LOG_LEVEL": "warning", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            **os.environ,
+            "BENCH_API_KEY": "not-needed",
+            "BENCH_BASE_URL": server.api_base,
+            "OPENAI_API_KEY": "not-needed",
+            "INSPECT_LOG_LEVEL": "warning",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         (Path(tmp) / "inspect_child.py").write_text(INSPECT_CHILD)
         (Path(tmp) / "lm_eval_child.py").write_text(LM_EVAL_CHILD)
         children = {
-            "budgetbench": [sys.executable, str(HERE / "bench_peers.py"), "child-budgetbench", str(prompts_file),
-                            server.api_base, str(args.concurrency), str(Path(tmp) / "bb-run")],
-            "inspect_ai": [str(peer_python), str(Path(tmp) / "inspect_child.py"), str(prompts_file),
-                           str(args.concurrency), str(Path(tmp) / "inspect-logs")],
+            "budgetbench": [
+                sys.executable,
+                str(HERE / "bench_peers.py"),
+                "child-budgetbench",
+                str(prompts_file),
+                server.api_base,
+                str(args.concurrency),
+                str(Path(tmp) / "bb-run"),
+            ],
+            "inspect_ai": [
+                str(peer_python),
+                str(Path(tmp) / "inspect_child.py"),
+                str(prompts_file),
+                str(args.concurrency),
+                str(Path(tmp) / "inspect-logs"),
+            ],
         }
         if args.lm_eval:
             (Path(tmp) / "lm").mkdir()
-            children["lm-evaluation-harness"] = [str(peer_python), str(Path(tmp) / "lm_eval_child.py"),
-                                                 str(prompts_file), str(args.concurrency), server.api_base,
-                                                 str(Path(tmp) / "lm")]
+            children["lm-evaluation-harness"] = [
+                str(peer_python),
+                str(Path(tmp) / "lm_eval_child.py"),
+                str(prompts_file),
+                str(args.concurrency),
+                server.api_base,
+                str(Path(tmp) / "lm"),
+            ]
         for name, command in children.items():
             result = run_child(name, command, env, server, args.samples, args.timeout)
             results.append(result)
@@ -222,16 +281,29 @@ def main() -> None:
     if "budgetbench" in ok:
         for name, result in ok.items():
             if name != "budgetbench":
-                ratios[name] = {"throughput_ratio": round(ok["budgetbench"]["samples_per_s"] / result["samples_per_s"], 3),
-                                "cpu_per_call_ratio": round(ok["budgetbench"]["cpu_ms_per_call"] / result["cpu_ms_per_call"], 3)}
+                ratios[name] = {
+                    "throughput_ratio": round(ok["budgetbench"]["samples_per_s"] / result["samples_per_s"], 3),
+                    "cpu_per_call_ratio": round(ok["budgetbench"]["cpu_ms_per_call"] / result["cpu_ms_per_call"], 3),
+                }
     peers = [r["samples_per_s"] for n, r in ok.items() if n != "budgetbench"]
-    write_result("peers", {
-        "machine": start, "samples": args.samples, "delay_s": args.delay, "concurrency": args.concurrency,
-        "ideal_wall_s": ideal, "results": results, "budgetbench_vs": ratios,
-        "target": "BudgetBench throughput >= the fastest peer's",
-        "met": bool(peers) and "budgetbench" in ok and ok["budgetbench"]["samples_per_s"] >= max(peers)})
+    write_result(
+        "peers",
+        {
+            "machine": start,
+            "samples": args.samples,
+            "delay_s": args.delay,
+            "concurrency": args.concurrency,
+            "ideal_wall_s": ideal,
+            "results": results,
+            "budgetbench_vs": ratios,
+            "target": "BudgetBench throughput >= the fastest peer's",
+            "met": bool(peers) and "budgetbench" in ok and ok["budgetbench"]["samples_per_s"] >= max(peers),
+        },
+    )
     for name, ratio in ratios.items():
-        print(f"BudgetBench / {name}: throughput x{ratio['throughput_ratio']}, CPU per call x{ratio['cpu_per_call_ratio']}")
+        print(
+            f"BudgetBench / {name}: throughput x{ratio['throughput_ratio']}, CPU per call x{ratio['cpu_per_call_ratio']}"
+        )
 
 
 if __name__ == "__main__":

@@ -45,9 +45,12 @@ def evidence(item, prompt) -> dict[str, bool]:
     kept = {(m.metadata.get("session_id"), m.metadata.get("turn")) for m in prompt}
     sessions = {str(s) for s in item.metadata["answer_session_ids"]}
     kept_sessions = {str(m.metadata.get("session_id")) for m in prompt}
-    return {"has_gold_turns": bool(gold_turns), "any_gold_turn": bool(gold_turns & kept),
-            "all_gold_turns": bool(gold_turns) and gold_turns <= kept,
-            "all_answer_sessions": bool(sessions) and sessions <= kept_sessions}
+    return {
+        "has_gold_turns": bool(gold_turns),
+        "any_gold_turn": bool(gold_turns & kept),
+        "all_gold_turns": bool(gold_turns) and gold_turns <= kept,
+        "all_answer_sessions": bool(sessions) and sessions <= kept_sessions,
+    }
 
 
 def sweep(strategy, item, counter, run_dir) -> dict:
@@ -61,12 +64,21 @@ def sweep(strategy, item, counter, run_dir) -> dict:
         tokens = counter.count(prompt)
         audit = context.audit["retrieval"]
         if budget == TIERS[0]:
-            out.update(single_tier_s=seconds, index=audit["index"], embed_s=audit["embed_s"],
-                       retrieve_s=audit["retrieve_s"], units=audit["units"])
+            out.update(
+                single_tier_s=seconds,
+                index=audit["index"],
+                embed_s=audit["embed_s"],
+                retrieve_s=audit["retrieve_s"],
+                units=audit["units"],
+            )
         if budget == RECALL_TIER:
             out["evidence"] = evidence(item, prompt)
-        out["tiers"][budget] = {"apply_s": round(seconds, 4), "prompt_tokens": tokens, "over": tokens > budget,
-                                "units_chosen": len(audit["chosen"])}
+        out["tiers"][budget] = {
+            "apply_s": round(seconds, 4),
+            "prompt_tokens": tokens,
+            "over": tokens > budget,
+            "units_chosen": len(audit["chosen"]),
+        }
     out["sweep_s"] = sum(t["apply_s"] for t in out["tiers"].values())
     out["sweep_over_single"] = out["sweep_s"] / out["single_tier_s"]
     return out
@@ -76,7 +88,8 @@ def summarise(rows: list[dict], name: str) -> dict:
     gold = [r[name]["evidence"] for r in rows if r[name]["evidence"]["has_gold_turns"]]
     built = [r[name] for r in rows if r[name]["index"] == "built"]
     return {
-        "items": len(rows), "items_with_gold_turns": len(gold),
+        "items": len(rows),
+        "items_with_gold_turns": len(gold),
         "recall_any_gold_turn_at_4096": sum(g["any_gold_turn"] for g in gold) / len(gold) if gold else None,
         "recall_all_gold_turns_at_4096": sum(g["all_gold_turns"] for g in gold) / len(gold) if gold else None,
         "recall_all_answer_sessions_at_4096": sum(g["all_answer_sessions"] for g in gold) / len(gold) if gold else None,
@@ -114,26 +127,46 @@ def main() -> None:
         rag = registry.get("strategy", "rag").obj(**params)
         lean = registry.get("strategy", "lean_retrieval").obj(**params)
         for number, item in enumerate(items, 1):
-            row = {"item_id": item.id, "category": item.category, "messages": len(item.history),
-                   "history_tokens": sum(counter.message_tokens(m) for m in item.history),
-                   "rag": sweep(rag, item, counter, Path(tmp))}
+            row = {
+                "item_id": item.id,
+                "category": item.category,
+                "messages": len(item.history),
+                "history_tokens": sum(counter.message_tokens(m) for m in item.history),
+                "rag": sweep(rag, item, counter, Path(tmp)),
+            }
             row["embed_s"] = row["rag"]["embed_s"]
             row["lean_retrieval"] = sweep(lean, item, counter, Path(tmp))
             rows.append(row)
-            print(f"[{number}/{len(items)}] {item.id} {row['history_tokens']} tokens, {row['rag']['units']} units: "
-                  f"embed {row['embed_s']:.1f}s, rank {row['rag']['retrieve_s']:.2f}s, sweep/single "
-                  f"{row['rag']['sweep_over_single']:.2f}; gold at 4096 rag={row['rag']['evidence']['any_gold_turn']} "
-                  f"lean={row['lean_retrieval']['evidence']['any_gold_turn']}", flush=True)
+            print(
+                f"[{number}/{len(items)}] {item.id} {row['history_tokens']} tokens, {row['rag']['units']} units: "
+                f"embed {row['embed_s']:.1f}s, rank {row['rag']['retrieve_s']:.2f}s, sweep/single "
+                f"{row['rag']['sweep_over_single']:.2f}; gold at 4096 rag={row['rag']['evidence']['any_gold_turn']} "
+                f"lean={row['lean_retrieval']['evidence']['any_gold_turn']}",
+                flush=True,
+            )
             # Written after every item, so an interrupted run still leaves its figures.
-            write_result(args.name, {
-                "complete": number == len(items),
-                "config": {"tiers": TIERS, "recall_tier": RECALL_TIER, "chunk_tokens": args.chunk_tokens,
-                           "embedding_model": rag.describe()["embedding_model"], "tokenizer": counter.info.to_dict(),
-                           "data": str(path.name), "items": len(items)},
-                "summary": {"rag": summarise(rows, "rag"), "lean_retrieval": summarise(rows, "lean_retrieval"),
-                            "history_tokens_median": median(r["history_tokens"] for r in rows)},
-                "rows": rows, "machine_start": started,
-            })
+            write_result(
+                args.name,
+                {
+                    "complete": number == len(items),
+                    "config": {
+                        "tiers": TIERS,
+                        "recall_tier": RECALL_TIER,
+                        "chunk_tokens": args.chunk_tokens,
+                        "embedding_model": rag.describe()["embedding_model"],
+                        "tokenizer": counter.info.to_dict(),
+                        "data": str(path.name),
+                        "items": len(items),
+                    },
+                    "summary": {
+                        "rag": summarise(rows, "rag"),
+                        "lean_retrieval": summarise(rows, "lean_retrieval"),
+                        "history_tokens_median": median(r["history_tokens"] for r in rows),
+                    },
+                    "rows": rows,
+                    "machine_start": started,
+                },
+            )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,19 @@ def main() -> None:
     start = machine()
     with FakeOpenAI(delay_s=args.delay) as server, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        config = RunConfig(task=task, task_options=options, grader=grader, strategies=["truncation"], budgets=TIERS,
-                           out=out, model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base",
-                           limit=args.items, max_concurrency=4)
+        config = RunConfig(
+            task=task,
+            task_options=options,
+            grader=grader,
+            strategies=["truncation"],
+            budgets=TIERS,
+            out=out,
+            model="openai/bench",
+            api_base=server.api_base,
+            tokenizer="tiktoken:cl100k_base",
+            limit=args.items,
+            max_concurrency=4,
+        )
         began = time.perf_counter()
         first = run(config, registry)
         original_s = time.perf_counter() - began
@@ -54,18 +64,38 @@ def main() -> None:
         rows = final_rows(out)
         rows_s = time.perf_counter() - began
         size = sum(p.stat().st_size for p in (out / "cells").rglob("*.jsonl"))
-    figures = {"task": task, "items": args.items, "cells": first.cells_total, "delay_s": args.delay,
-               "original_s": round(original_s, 2), "original_model_calls": first.model_calls,
-               "resume_s": round(resume_s, 3), "resume_model_calls": again.model_calls,
-               "resume_server_requests": requests, "cells_skipped": again.cells_skipped, "final_rows": len(rows),
-               "ratio": round(resume_s / original_s, 4), "load_items_s": round(load_s, 3),
-               "read_rows_s": round(rows_s, 3), "cells_bytes": size}
-    print(f"original: {first.cells_total} cells, {first.model_calls} calls, {original_s:.1f} s; resume: "
-          f"{again.model_calls} calls ({requests} requests at the server), {resume_s:.2f} s = {figures['ratio']:.1%} "
-          f"(loading items {load_s:.2f} s, reading {size / 1e6:.1f} MB of rows {rows_s:.2f} s); target 0 calls, < 2%")
-    write_result("resume", {"machine": start, "tiers": TIERS, **figures,
-                            "target": "0 model calls and < 2% of the original wall time",
-                            "met": requests == 0 and again.model_calls == 0 and figures["ratio"] < 0.02})
+    figures = {
+        "task": task,
+        "items": args.items,
+        "cells": first.cells_total,
+        "delay_s": args.delay,
+        "original_s": round(original_s, 2),
+        "original_model_calls": first.model_calls,
+        "resume_s": round(resume_s, 3),
+        "resume_model_calls": again.model_calls,
+        "resume_server_requests": requests,
+        "cells_skipped": again.cells_skipped,
+        "final_rows": len(rows),
+        "ratio": round(resume_s / original_s, 4),
+        "load_items_s": round(load_s, 3),
+        "read_rows_s": round(rows_s, 3),
+        "cells_bytes": size,
+    }
+    print(
+        f"original: {first.cells_total} cells, {first.model_calls} calls, {original_s:.1f} s; resume: "
+        f"{again.model_calls} calls ({requests} requests at the server), {resume_s:.2f} s = {figures['ratio']:.1%} "
+        f"(loading items {load_s:.2f} s, reading {size / 1e6:.1f} MB of rows {rows_s:.2f} s); target 0 calls, < 2%"
+    )
+    write_result(
+        "resume",
+        {
+            "machine": start,
+            "tiers": TIERS,
+            **figures,
+            "target": "0 model calls and < 2% of the original wall time",
+            "met": requests == 0 and again.model_calls == 0 and figures["ratio"] < 0.02,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -69,9 +69,14 @@ class KeywordMemory(MemorySystem):
         scores = []
         for source, text, counts in self.docs:
             length = sum(counts.values())
-            score = sum(math.log(1 + (n - frequency[t] + 0.5) / (frequency[t] + 0.5))
-                        * counts[t] * 2.2 / (counts[t] + 1.2 * (0.25 + 0.75 * length / average))
-                        for t in set(_terms(query)) if t in counts)
+            score = sum(
+                math.log(1 + (n - frequency[t] + 0.5) / (frequency[t] + 0.5))
+                * counts[t]
+                * 2.2
+                / (counts[t] + 1.2 * (0.25 + 0.75 * length / average))
+                for t in set(_terms(query))
+                if t in counts
+            )
             scores.append((score, source, text))
         scores.sort(key=lambda s: -s[0])
         return [RetrievedItem(text, score, source) for score, source, text in scores[: self.top_k]]
@@ -84,11 +89,28 @@ class _Plugin:
         register(KeywordMemory)
 
 
-def sweep(server: FakeOpenAI, registry, out: Path, strategy: str, budgets: list[int], items: int,
-          task: str = BENCH_TASK, options: dict | None = None) -> dict:
-    config = RunConfig(task=task, task_options=options or {}, strategies=[strategy], budgets=budgets, out=out,
-                       model="openai/bench", api_base=server.api_base, tokenizer="tiktoken:cl100k_base", limit=items,
-                       max_concurrency=1)
+def sweep(
+    server: FakeOpenAI,
+    registry,
+    out: Path,
+    strategy: str,
+    budgets: list[int],
+    items: int,
+    task: str = BENCH_TASK,
+    options: dict | None = None,
+) -> dict:
+    config = RunConfig(
+        task=task,
+        task_options=options or {},
+        strategies=[strategy],
+        budgets=budgets,
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=items,
+        max_concurrency=1,
+    )
     summary = run(config, registry)
     rows = [e for e in iter_events(out) if e["event"] in ("result", "violation", "error")]
     errors = [r for r in rows if r["event"] == "error"]
@@ -99,11 +121,18 @@ def sweep(server: FakeOpenAI, registry, out: Path, strategy: str, budgets: list[
     # The first cell of an item (in run order) builds the index or ingests; the others reuse it.
     first = [cells[0]["strategy_s"] for cells in by_item.values()]
     total = [sum(c["strategy_s"] for c in cells) for cells in by_item.values()]
-    return {"cells": len(rows), "results": summary.results, "violations": summary.violations,
-            "strategy_s": sum(total), "first_cell_s": first, "item_total_s": total,
-            "within_run_ratio": round(median(t / f for t, f in zip(total, first)), 3),
-            "reuse_cell_ms": round(median((t - f) / max(len(c) - 1, 1) * 1e3
-                                          for t, f, c in zip(total, first, by_item.values())), 1)}
+    return {
+        "cells": len(rows),
+        "results": summary.results,
+        "violations": summary.violations,
+        "strategy_s": sum(total),
+        "first_cell_s": first,
+        "item_total_s": total,
+        "within_run_ratio": round(median(t / f for t, f in zip(total, first)), 3),
+        "reuse_cell_ms": round(
+            median((t - f) / max(len(c) - 1, 1) * 1e3 for t, f, c in zip(total, first, by_item.values())), 1
+        ),
+    }
 
 
 def main() -> None:
@@ -120,21 +149,41 @@ def main() -> None:
     with FakeOpenAI() as server, tempfile.TemporaryDirectory() as tmp:
         for arm in arms:
             # loads the embedding model on a tiny history, so no item pays for it
-            sweep(server, registry, Path(tmp) / f"{arm}-warm", arm, ONE_TIER, 1, "synthetic-memory",
-                  {"items": 1, "history_tokens": 400})
+            sweep(
+                server,
+                registry,
+                Path(tmp) / f"{arm}-warm",
+                arm,
+                ONE_TIER,
+                1,
+                "synthetic-memory",
+                {"items": 1, "history_tokens": 400},
+            )
             five = sweep(server, registry, Path(tmp) / f"{arm}-5", arm, TIERS, args.items)
             figure = {"five_tiers": five, "ratio": five["within_run_ratio"], "reuse_cell_ms": five["reuse_cell_ms"]}
             if arm == "keyword-memory":  # cheap enough to also time a separate 1-tier run
                 one = sweep(server, registry, Path(tmp) / f"{arm}-1", arm, ONE_TIER, args.items)
                 figure.update(one_tier=one, separate_runs_ratio=round(five["strategy_s"] / one["strategy_s"], 3))
             figures[arm] = figure
-            print(f"{arm}: first cell of an item (index/ingest + one fill) {median(five['first_cell_s']):.2f} s, "
-                  f"each reusing tier {five['reuse_cell_ms']:.0f} ms -> 5 tiers / 1 tier = {figure['ratio']} "
-                  f"(target <= 1.3)" + (f"; separate runs: {figure['separate_runs_ratio']}"
-                                        if "separate_runs_ratio" in figure else ""))
-    write_result("sweep", {"machine": start, "items": args.items, "tiers": TIERS, "one_tier": ONE_TIER,
-                           "arms": figures, "rag_installed": "rag" in arms, "target": "ratio <= 1.3",
-                           "met": all(f["ratio"] <= 1.3 for f in figures.values())})
+            print(
+                f"{arm}: first cell of an item (index/ingest + one fill) {median(five['first_cell_s']):.2f} s, "
+                f"each reusing tier {five['reuse_cell_ms']:.0f} ms -> 5 tiers / 1 tier = {figure['ratio']} "
+                f"(target <= 1.3)"
+                + (f"; separate runs: {figure['separate_runs_ratio']}" if "separate_runs_ratio" in figure else "")
+            )
+    write_result(
+        "sweep",
+        {
+            "machine": start,
+            "items": args.items,
+            "tiers": TIERS,
+            "one_tier": ONE_TIER,
+            "arms": figures,
+            "rag_installed": "rag" in arms,
+            "target": "ratio <= 1.3",
+            "met": all(f["ratio"] <= 1.3 for f in figures.values()),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ def cache_key(model: str, api_base: str | None, messages: Sequence[Message], par
 def _decode(text: str) -> Completion:
     """A stored completion, checked field by field (ValueError when it is not one)."""
     data = json.loads(text)
-    if not isinstance(data, dict) or not {"text", "prompt_tokens", "completion_tokens", "latency_s"} <= set(data) \
-            or set(data) - _FIELDS:
+    if (
+        not isinstance(data, dict)
+        or not {"text", "prompt_tokens", "completion_tokens", "latency_s"} <= set(data)
+        or set(data) - _FIELDS
+    ):
         raise ValueError("not a stored completion")
     if not isinstance(data["text"], str):
         raise ValueError("text is not a string")
@@ -72,9 +75,11 @@ class ResponseCache:
         self._lock = threading.Lock()
 
     def _unreadable(self, exc: Exception) -> CacheError:
-        return CacheError(f"{self.path}: the response cache cannot be read ({type(exc).__name__}: {exc}). It only "
-                          f"saves repeated model calls: move it away (or delete it) and run again; the rows in "
-                          f"cells/ are kept")
+        return CacheError(
+            f"{self.path}: the response cache cannot be read ({type(exc).__name__}: {exc}). It only "
+            f"saves repeated model calls: move it away (or delete it) and run again; the rows in "
+            f"cells/ are kept"
+        )
 
     def lookup(self, key: str) -> tuple[Completion | None, str | None]:
         """(completion, None) on a hit, (None, None) on a miss, (None, warning) for a corrupt entry (dropped)."""

@@ -48,8 +48,9 @@ class CellKey:
 class CellLog:
     """The events of one cell, in order, ending with exactly one terminal row."""
 
-    def __init__(self, log: EventLog, key: CellKey,
-                 on_terminal: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self, log: EventLog, key: CellKey, on_terminal: Callable[[str, dict[str, Any]], None] | None = None
+    ) -> None:
         self.log = log
         self.key = key
         self.on_terminal = on_terminal
@@ -72,8 +73,10 @@ class CellLog:
         event = self.make(cls, **fields)
         with self._lock:
             if self.finished or (channel and self.closed):
-                self.late(getattr(event, "purpose", cls.EVENT), f"{cls.EVENT} event after the cell "
-                                                                 f"{'ended' if self.finished else 'closed its channel'}")
+                self.late(
+                    getattr(event, "purpose", cls.EVENT),
+                    f"{cls.EVENT} event after the cell {'ended' if self.finished else 'closed its channel'}",
+                )
                 return False
             self.log.append(event.row())
             return True
@@ -104,8 +107,9 @@ class CellLog:
 class AuxChannel:
     """``context.complete(messages, max_tokens, purpose)`` for one cell."""
 
-    def __init__(self, cell: CellLog, counter: PromptCounter, caller: ModelCaller, seed: int,
-                 deadline: Deadline) -> None:
+    def __init__(
+        self, cell: CellLog, counter: PromptCounter, caller: ModelCaller, seed: int, deadline: Deadline
+    ) -> None:
         self.cell = cell
         self.counter = counter
         self.caller = caller
@@ -126,23 +130,34 @@ class AuxChannel:
             raise ValueError(f"auxiliary call {purpose!r}: max_tokens must be a positive int, got {max_tokens!r}")
         budget = self.cell.key.budget
         gated = gate(messages, budget, self.counter)
-        common = dict(purpose=purpose, prompt_hash=gated.prompt_hash, prompt_tokens=gated.tokens,
-                      messages=gated.messages())
+        common = dict(
+            purpose=purpose, prompt_hash=gated.prompt_hash, prompt_tokens=gated.tokens, messages=gated.messages()
+        )
         if not gated.admitted:
             self.cell.emit(AuxCall, channel=True, sent=False, **common)
             raise AuxiliaryBudgetError(
                 f"auxiliary call {purpose!r} has {gated.tokens} prompt tokens, over the budget of {budget}",
-                gated.tokens)
+                gated.tokens,
+            )
         if self.cell.closed:
             raise self._refuse(purpose, "the cell had already ended")
-        outcome: CallOutcome = self.caller.call(gated.prompt, GenerationParams(int(max_tokens), 0.0, self.seed),
-                                                self.deadline)
+        outcome: CallOutcome = self.caller.call(
+            gated.prompt, GenerationParams(int(max_tokens), 0.0, self.seed), self.deadline
+        )
         completion = outcome.completion
         for warning in outcome.warnings:
             self.cell.emit(Warning, kind="cache_corrupt", detail=warning)
-        if not self.cell.emit(AuxCall, channel=True, sent=True, served_prompt_tokens=completion.prompt_tokens,
-                              completion_tokens=completion.completion_tokens, latency_s=completion.latency_s,
-                              cached=outcome.cached, completion=completion.text, **common):
+        if not self.cell.emit(
+            AuxCall,
+            channel=True,
+            sent=True,
+            served_prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            latency_s=completion.latency_s,
+            cached=outcome.cached,
+            completion=completion.text,
+            **common,
+        ):
             raise CellClosed(f"auxiliary call {purpose!r}: the cell ended while it was in flight")
         aux = self.cell.aux
         aux["aux_calls"] += 1
@@ -150,6 +165,8 @@ class AuxChannel:
         aux["aux_completion_tokens"] += completion.completion_tokens or 0
         aux["aux_latency_s"] += completion.latency_s
         if served_over_budget(completion.prompt_tokens, budget) and self.cell.served_violation is None:
-            self.cell.served_violation = (f"auxiliary call {purpose!r}: the server counted {completion.prompt_tokens} "
-                                          f"prompt tokens, over the budget of {budget} (we counted {gated.tokens})")
+            self.cell.served_violation = (
+                f"auxiliary call {purpose!r}: the server counted {completion.prompt_tokens} "
+                f"prompt tokens, over the budget of {budget} (we counted {gated.tokens})"
+            )
         return completion.text

@@ -86,11 +86,17 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
     console.print(
         f"[bold]{summary.run_dir}[/]: {summary.cells_total} cells, {summary.cells_skipped} already done, "
         f"{summary.results} results, {summary.violations} violations, {summary.errors} errors, "
-        f"{summary.model_calls} model calls, {summary.wall_s:.1f} s", highlight=False, soft_wrap=True)
+        f"{summary.model_calls} model calls, {summary.wall_s:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
     manifest = read_manifest(summary.run_dir) or {}
     binary = bool((manifest.get("grader") or {}).get("binary", True))
-    rows = [r for r in final_rows(summary.run_dir).values()
-            if r["task"] == config.task and r["strategy"] in config.strategies and int(r["budget"]) in config.budgets]
+    rows = [
+        r
+        for r in final_rows(summary.run_dir).values()
+        if r["task"] == config.task and r["strategy"] in config.strategies and int(r["budget"]) in config.budgets
+    ]
     result = outcome(rows, config.strategies, config.budgets, binary)
     if mode != "none":
         print_outcome(console, result)
@@ -98,16 +104,23 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
     code = EXIT_ERRORED if errored else EXIT_OK
     if summary.stopped:
         code = EXIT_CONFIG if summary.stopped_fatal else EXIT_ERRORED
-        console.print(f"[red]error:[/] the run stopped early: {escape(summary.stopped)}. Finished cells are kept; fix "
-                      "the cause and run the same command again to resume.", soft_wrap=True, highlight=False)
+        console.print(
+            f"[red]error:[/] the run stopped early: {escape(summary.stopped)}. Finished cells are kept; fix "
+            "the cause and run the same command again to resume.",
+            soft_wrap=True,
+            highlight=False,
+        )
     if write_report and any(r["event"] != "error" for r in rows):
         from .report import write_report as build_report
 
         try:
             paths = build_report(summary.run_dir)
         except Exception as exc:  # the rows are safe on disk; say how to retry the report alone
-            console.print(f"[red]error:[/] the report could not be written ({type(exc).__name__}: {exc}); the rows "
-                          f"are saved: fix and run `budgetbench report {summary.run_dir}`", highlight=False)
+            console.print(
+                f"[red]error:[/] the report could not be written ({type(exc).__name__}: {exc}); the rows "
+                f"are saved: fix and run `budgetbench report {summary.run_dir}`",
+                highlight=False,
+            )
             return max(code, EXIT_ERRORED)
         console.print(f"report: {paths.get('html', summary.run_dir / 'report')}", highlight=False)
     elif write_report:
@@ -150,8 +163,9 @@ class BudgetBenchGroup(click.Group):
                 console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True, highlight=False)
             sys.exit(EXIT_CONFIG)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]: finished rows are saved; run the same command again to resume",
-                          soft_wrap=True)
+            console.print(
+                "[yellow]interrupted[/]: finished rows are saved; run the same command again to resume", soft_wrap=True
+            )
             sys.exit(EXIT_INTERRUPTED)
 
 
@@ -183,64 +197,181 @@ def _option(*names: str, **attrs):
 
 def run_options(function):
     options = [
-        _option("--task", "-t", cls=RequiredOption, required=True, default=None, help="Task name (see `budgetbench list-plugins`)."),
-        _option("--strategy", "-s", "strategies", multiple=True, required=True, default=None,
-                help="Strategy name; repeat for several."),
-        _option("--budgets", "-b", default=None,
-                help="Budget tiers in input tokens, space or comma separated; 2k = 2048. Default: the tiers of "
-                     f"{' '.join(map(str, DEFAULT_BUDGETS))} that fit the model's context."),
-        _option("--model", "-m", default="local", show_default=True,
-                help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string."),
+        _option(
+            "--task",
+            "-t",
+            cls=RequiredOption,
+            required=True,
+            default=None,
+            help="Task name (see `budgetbench list-plugins`).",
+        ),
+        _option(
+            "--strategy",
+            "-s",
+            "strategies",
+            multiple=True,
+            required=True,
+            default=None,
+            help="Strategy name; repeat for several.",
+        ),
+        _option(
+            "--budgets",
+            "-b",
+            default=None,
+            help="Budget tiers in input tokens, space or comma separated; 2k = 2048. Default: the tiers of "
+            f"{' '.join(map(str, DEFAULT_BUDGETS))} that fit the model's context.",
+        ),
+        _option(
+            "--model",
+            "-m",
+            default="local",
+            show_default=True,
+            help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string.",
+        ),
         click.option("--api-key", "--key", hidden=True, expose_value=False, callback=_refuse_secret_option),
-        _option("--api-base", default=None, help="Server address, e.g. http://127.0.0.1:8000/v1 for openai/<name> "
-                "models (MLX, vLLM, llama.cpp) or http://host:11434 for Ollama."),
-        _option("--tokenizer", default=None, help="hf:<dir or id>, tiktoken:<encoding>, gguf:<file> or server. "
-                "Default: the backend's exact tokenizer (local: the embedded server)."),
+        _option(
+            "--api-base",
+            default=None,
+            help="Server address, e.g. http://127.0.0.1:8000/v1 for openai/<name> "
+            "models (MLX, vLLM, llama.cpp) or http://host:11434 for Ollama.",
+        ),
+        _option(
+            "--tokenizer",
+            default=None,
+            help="hf:<dir or id>, tiktoken:<encoding>, gguf:<file> or server. "
+            "Default: the backend's exact tokenizer (local: the embedded server).",
+        ),
         _option("--grader", default=None, help="Grader name. Default: the task's."),
-        _option("--judge-model", default=None, help="Model for model-based graders (litellm string or 'local'). "
-                "Default: --model."),
-        _option("--task-option", "task_options", multiple=True, default=(),
-                help="KEY=VALUE passed to the task; repeatable (see `budgetbench describe TASK`)."),
-        _option("--strategy-param", "strategy_params", multiple=True, default=(),
-                help="STRATEGY.KEY=VALUE passed to a strategy; repeatable (see `budgetbench describe STRATEGY`)."),
-        _option("--limit", "-n", type=click.IntRange(min=1), default=None,
-                help="At most this many items (a seeded selection). Default: all."),
-        _option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-                help="Runs of every cell (seeds seed, seed+1, ...)."),
+        _option(
+            "--judge-model",
+            default=None,
+            help="Model for model-based graders (litellm string or 'local'). Default: --model.",
+        ),
+        _option(
+            "--task-option",
+            "task_options",
+            multiple=True,
+            default=(),
+            help="KEY=VALUE passed to the task; repeatable (see `budgetbench describe TASK`).",
+        ),
+        _option(
+            "--strategy-param",
+            "strategy_params",
+            multiple=True,
+            default=(),
+            help="STRATEGY.KEY=VALUE passed to a strategy; repeatable (see `budgetbench describe STRATEGY`).",
+        ),
+        _option(
+            "--limit",
+            "-n",
+            type=click.IntRange(min=1),
+            default=None,
+            help="At most this many items (a seeded selection). Default: all.",
+        ),
+        _option(
+            "--repeats",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Runs of every cell (seeds seed, seed+1, ...).",
+        ),
         _option("--seed", type=int, default=0, show_default=True, help="Seed of item selection, order and sampling."),
-        _option("--max-concurrency", "-j", type=click.IntRange(min=1), default=4, show_default=True,
-                help="Cells (and model calls) in flight at once."),
+        _option(
+            "--max-concurrency",
+            "-j",
+            type=click.IntRange(min=1),
+            default=4,
+            show_default=True,
+            help="Cells (and model calls) in flight at once.",
+        ),
         _option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature."),
-        _option("--max-output-tokens", type=click.IntRange(min=1), default=None,
-                help="Tokens the model may write per answer. Default: the task's."),
-        _option("--retries", type=click.IntRange(min=0), default=4, show_default=True,
-                help="Retries of a call after a transport error (connection, timeout, 429, 5xx); other errors "
-                     "are never retried."),
-        _option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
-                help="Seconds one model call may take."),
-        _option("--item-timeout", "item_timeout_s", type=float, default=600.0, show_default=True,
-                help="Seconds one strategy call may take."),
-        _option("--max-ingest-loss", type=float, default=0.0, show_default=True,
-                help="Fraction of sessions a memory system may fail to ingest before the item is an error."),
-        _option("--server-prompt-cache", is_flag=True, default=False,
-                help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
-                     "reply can then depend on what ran before, so a rerun may differ. Default: no reuse."),
-        _option("--executor", default="thread", show_default=True,
-                help="How units are scheduled: thread (worker threads here) or one a plugin registers "
-                     "(ray: --executor ray [--ray-address auto|host:port]). Rows are the same either way."),
-        _option("--executor-option", "executor_options", multiple=True, default=(),
-                help="KEY=VALUE passed to the executor; repeatable (also --<executor>-<key>, e.g. --ray-address)."),
-        _option("--shard", default=None, metavar="I/N",
-                help="Run only shard I of N of the units (1 <= I <= N, the same partition on every machine); "
-                     "combine the shard directories with `budgetbench merge`."),
-        _option("--max-consecutive-failures", type=click.IntRange(min=1), default=DEFAULT_MAX_CONSECUTIVE,
-                show_default=True, help="Stop the run when this many calls in a row fail with the same transport "
-                "error (retries included); a refused key stops it at the first."),
-        _option("--out", "-o", type=click.Path(path_type=Path), default=None,
-                help="Run directory; an existing one is resumed. Default: runs/<task>."),
+        _option(
+            "--max-output-tokens",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Tokens the model may write per answer. Default: the task's.",
+        ),
+        _option(
+            "--retries",
+            type=click.IntRange(min=0),
+            default=4,
+            show_default=True,
+            help="Retries of a call after a transport error (connection, timeout, 429, 5xx); other errors "
+            "are never retried.",
+        ),
+        _option(
+            "--timeout",
+            "timeout_s",
+            type=float,
+            default=120.0,
+            show_default=True,
+            help="Seconds one model call may take.",
+        ),
+        _option(
+            "--item-timeout",
+            "item_timeout_s",
+            type=float,
+            default=600.0,
+            show_default=True,
+            help="Seconds one strategy call may take.",
+        ),
+        _option(
+            "--max-ingest-loss",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Fraction of sessions a memory system may fail to ingest before the item is an error.",
+        ),
+        _option(
+            "--server-prompt-cache",
+            is_flag=True,
+            default=False,
+            help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
+            "reply can then depend on what ran before, so a rerun may differ. Default: no reuse.",
+        ),
+        _option(
+            "--executor",
+            default="thread",
+            show_default=True,
+            help="How units are scheduled: thread (worker threads here) or one a plugin registers "
+            "(ray: --executor ray [--ray-address auto|host:port]). Rows are the same either way.",
+        ),
+        _option(
+            "--executor-option",
+            "executor_options",
+            multiple=True,
+            default=(),
+            help="KEY=VALUE passed to the executor; repeatable (also --<executor>-<key>, e.g. --ray-address).",
+        ),
+        _option(
+            "--shard",
+            default=None,
+            metavar="I/N",
+            help="Run only shard I of N of the units (1 <= I <= N, the same partition on every machine); "
+            "combine the shard directories with `budgetbench merge`.",
+        ),
+        _option(
+            "--max-consecutive-failures",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_CONSECUTIVE,
+            show_default=True,
+            help="Stop the run when this many calls in a row fail with the same transport "
+            "error (retries included); a refused key stops it at the first.",
+        ),
+        _option(
+            "--out",
+            "-o",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Run directory; an existing one is resumed. Default: runs/<task>.",
+        ),
         _option("--no-report", is_flag=True, default=False, help="Do not write the report at the end."),
-        _option("--prompts-only", is_flag=True, default=False,
-                help="Build, gate, audit and score evidence recall for every cell without calling the model."),
+        _option(
+            "--prompts-only",
+            is_flag=True,
+            default=False,
+            help="Build, gate, audit and score evidence recall for every cell without calling the model.",
+        ),
         *display_options(),
     ]
     for option in reversed(options):
@@ -251,11 +382,20 @@ def run_options(function):
 def display_options() -> list:
     """Options shared by ``run`` and ``demo``."""
     return [
-        _option("--display", type=click.Choice(DISPLAYS), default="auto", show_default=True,
-                help="Progress: rich bars, plain (one line per finished cell), none. auto: rich on a terminal, "
-                     "plain otherwise."),
-        _option("--no-preflight", is_flag=True, default=False,
-                help="Skip the checks before the first cell (provider, key, server, tokenizer, context)."),
+        _option(
+            "--display",
+            type=click.Choice(DISPLAYS),
+            default="auto",
+            show_default=True,
+            help="Progress: rich bars, plain (one line per finished cell), none. auto: rich on a terminal, "
+            "plain otherwise.",
+        ),
+        _option(
+            "--no-preflight",
+            is_flag=True,
+            default=False,
+            help="Skip the checks before the first cell (provider, key, server, tokenizer, context).",
+        ),
     ]
 
 
@@ -269,8 +409,9 @@ def parse_budgets(text: str) -> list[int]:
         match = _BUDGET.match(part)
         value = float(match.group(1)) * (1024 if match.group(2) else 1) if match else None
         if value is None or value != int(value) or value <= 0:
-            raise click.BadParameter(f"{part!r} is not a budget; give positive token counts like 2048 or 2k",
-                                     param_hint="--budgets")
+            raise click.BadParameter(
+                f"{part!r} is not a budget; give positive token counts like 2048 or 2k", param_hint="--budgets"
+            )
         budgets.append(int(value))
     if not budgets:
         raise click.BadParameter("give at least one positive budget", param_hint="--budgets")
@@ -293,18 +434,34 @@ def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: 
 @cli.command("run")
 @config_option
 @run_options
-def run_command(task, strategies, budgets, out, no_report, task_options, strategy_params, config_path, display,
-                no_preflight, **settings):
+def run_command(
+    task,
+    strategies,
+    budgets,
+    out,
+    no_report,
+    task_options,
+    strategy_params,
+    config_path,
+    display,
+    no_preflight,
+    **settings,
+):
     """Run (or resume) a benchmark: every strategy at every budget tier on every item.
 
     Exit status: 0 every cell finished without error; 1 some cells errored (run the same
     command again to retry them); 2 a usage or configuration error, found before any cell
     ran or by stopping the run early; 130 interrupted (finished cells are kept).
     """
-    config = RunConfig(task=task, strategies=list(strategies), budgets=parse_budgets(budgets) if budgets else [],
-                       out=out or Path("runs") / task, task_options=_parse_pairs(task_options, "--task-option"),
-                       strategy_params=_strategy_params(strategy_params),
-                       **{**settings, "executor_options": _executor_options(settings["executor_options"])})
+    config = RunConfig(
+        task=task,
+        strategies=list(strategies),
+        budgets=parse_budgets(budgets) if budgets else [],
+        out=out or Path("runs") / task,
+        task_options=_parse_pairs(task_options, "--task-option"),
+        strategy_params=_strategy_params(strategy_params),
+        **{**settings, "executor_options": _executor_options(settings["executor_options"])},
+    )
     config = _prepare(config, budgets_given=bool(budgets), no_preflight=no_preflight, quiet=display == "none")
     if config_path:
         copy_into_run(config_path, Path(config.out))
@@ -315,14 +472,37 @@ def _demo_options(function):
     from . import demo as demo_plan
 
     options = [
-        click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True,
-                     help="Directory for the demo's two runs (prompts/ and answered/); existing ones are resumed."),
-        click.option("--limit", "-n", type=click.IntRange(min=1), default=demo_plan.PROMPT_ITEMS, show_default=True,
-                     help="Items of the prompts-only run (no model call)."),
-        click.option("--answered", type=click.IntRange(min=0), default=demo_plan.ANSWERED_ITEMS, show_default=True,
-                     help="Items of the run answered by the embedded model (0: none)."),
-        click.option("--max-concurrency", "-j", type=click.IntRange(min=1), default=2, show_default=True,
-                     help="Cells in flight at once."),
+        click.option(
+            "--out",
+            "-o",
+            type=click.Path(path_type=Path),
+            default=Path("runs/demo"),
+            show_default=True,
+            help="Directory for the demo's two runs (prompts/ and answered/); existing ones are resumed.",
+        ),
+        click.option(
+            "--limit",
+            "-n",
+            type=click.IntRange(min=1),
+            default=demo_plan.PROMPT_ITEMS,
+            show_default=True,
+            help="Items of the prompts-only run (no model call).",
+        ),
+        click.option(
+            "--answered",
+            type=click.IntRange(min=0),
+            default=demo_plan.ANSWERED_ITEMS,
+            show_default=True,
+            help="Items of the run answered by the embedded model (0: none).",
+        ),
+        click.option(
+            "--max-concurrency",
+            "-j",
+            type=click.IntRange(min=1),
+            default=2,
+            show_default=True,
+            help="Cells in flight at once.",
+        ),
         *display_options(),
     ]
     for option in reversed(options):
@@ -343,7 +523,9 @@ def demo(out, limit, answered, max_concurrency, display, no_preflight):
 
     strategies, missing = available_strategies(get_registry())
     if missing:
-        console.print(f"note: {', '.join(missing)} not installed; the demo runs {', '.join(strategies)}", highlight=False)
+        console.print(
+            f"note: {', '.join(missing)} not installed; the demo runs {', '.join(strategies)}", highlight=False
+        )
     codes = []
     for config in demo_configs(out, limit, answered, max_concurrency, strategies):
         config = _prepare(config, budgets_given=True, no_preflight=no_preflight, quiet=display == "none")
@@ -369,19 +551,36 @@ def plugin_rows() -> list[dict]:
     rows: list[dict[str, Any]] = []
     for kind, entries in registry.entries.items():
         for name, entry in sorted(entries.items()):
-            row: dict[str, Any] = {"name": name, "kind": kind, "plugin": entry.plugin.name, "distribution": entry.plugin.distribution,
-                   "version": entry.plugin.version, "hooks": entry.plugin.hooks}
+            row: dict[str, Any] = {
+                "name": name,
+                "kind": kind,
+                "plugin": entry.plugin.name,
+                "distribution": entry.plugin.distribution,
+                "version": entry.plugin.version,
+                "hooks": entry.plugin.hooks,
+            }
             regime = getattr(entry.obj, "regime", None)
             if kind == "strategy":
                 row["regime"] = getattr(regime, "value", regime)
                 row["contract"] = "memory-system" if hasattr(entry.obj, "ingest") else "strategy"
-            row["description"] = getattr(entry.obj, "description", "") or (entry.obj.__doc__ or "").strip().split("\n")[0]
+            row["description"] = (
+                getattr(entry.obj, "description", "") or (entry.obj.__doc__ or "").strip().split("\n")[0]
+            )
             if kind in PARAMETER_KINDS and isinstance(entry.obj, type):
                 row["parameters"] = [spec.to_dict() for spec in parameters_of(entry.obj).values()]
             rows.append(row)
     for failed in registry.failures:
-        rows.append({"name": failed.name, "kind": "error", "plugin": failed.name, "distribution": failed.distribution,
-                     "version": failed.version, "hooks": failed.hooks, "error": failed.error})
+        rows.append(
+            {
+                "name": failed.name,
+                "kind": "error",
+                "plugin": failed.name,
+                "distribution": failed.distribution,
+                "version": failed.version,
+                "hooks": failed.hooks,
+                "error": failed.error,
+            }
+        )
     return rows
 
 
@@ -389,9 +588,14 @@ PARAMETER_KINDS = ("strategy", "task", "grader")
 
 
 @cli.command("list-plugins")
-@click.option("--json", "as_json", is_flag=True, default=False,
-              help="Machine-readable output: every name with its kind, distribution, version, hooks, regime "
-                   "(strategies) and parameters.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    default=False,
+    help="Machine-readable output: every name with its kind, distribution, version, hooks, regime "
+    "(strategies) and parameters.",
+)
 def list_plugins(as_json):
     """Every strategy, task, grader, backend and tokenizer registered, and plugins that failed."""
     rows = plugin_rows()
@@ -404,8 +608,14 @@ def list_plugins(as_json):
         if not entries:
             continue
         # Names are never cut (no_wrap); distribution and description wrap in one column.
-        table = Table(title=f"{kind} ({len(entries)})", title_justify="left", box=box.SIMPLE_HEAD, expand=False,
-                      show_edge=False, pad_edge=False)
+        table = Table(
+            title=f"{kind} ({len(entries)})",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            expand=False,
+            show_edge=False,
+            pad_edge=False,
+        )
         table.add_column("name", no_wrap=True, style="bold")
         if kind == "strategy":
             table.add_column("regime", no_wrap=True)
@@ -416,8 +626,9 @@ def list_plugins(as_json):
         out.print(table)
     for row in rows:
         if row["kind"] == "error":
-            console.print(f"[red]plugin {row['name']!r} ({row['distribution']}) failed:[/] {row['error']}",
-                          highlight=False)
+            console.print(
+                f"[red]plugin {row['name']!r} ({row['distribution']}) failed:[/] {row['error']}", highlight=False
+            )
 
 
 @cli.command("describe")
@@ -431,16 +642,19 @@ def describe(name, as_json):
     rows = [r for r in plugin_rows() if r["name"] == name and r["kind"] != "error"]
     if not rows:
         names = sorted({r["name"] for r in plugin_rows() if r["kind"] != "error"})
-        raise UnknownNameError(f"nothing is registered as {name!r}; {did_you_mean(name, names)}"
-                               "see `budgetbench list-plugins`")
+        raise UnknownNameError(
+            f"nothing is registered as {name!r}; {did_you_mean(name, names)}see `budgetbench list-plugins`"
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     out = Console()
     for row in rows:
         regime = f", {row['regime']}" if row.get("regime") else ""
-        out.print(f"[bold]{row['name']}[/] ({row['kind']}{regime}) from {row['distribution']} {row['version']}",
-                  highlight=False)
+        out.print(
+            f"[bold]{row['name']}[/] ({row['kind']}{regime}) from {row['distribution']} {row['version']}",
+            highlight=False,
+        )
         entry = get_registry().get(row["kind"], name)
         doc = inspect.getdoc(entry.obj) if isinstance(entry.obj, type) else None
         paragraphs = [" ".join(p.split()) for p in (doc or row["description"]).split("\n\n")]
@@ -452,8 +666,13 @@ def describe(name, as_json):
             out.print("parameters: none")
             continue
         option = {"strategy": f"--strategy-param {name}.KEY=VALUE", "task": "--task-option KEY=VALUE"}.get(row["kind"])
-        table = Table(title=f"parameters{f' ({option})' if option else ''}", title_justify="left",
-                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table = Table(
+            title=f"parameters{f' ({option})' if option else ''}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+        )
         table.add_column("name", no_wrap=True, style="bold")
         table.add_column("default", overflow="fold")
         table.add_column("help", ratio=1, overflow="fold")
@@ -490,8 +709,11 @@ def add_executor_options(command: click.Command) -> None:
                 if value is not None:
                     ctx.meta.setdefault("executor_options", {})[key] = value
 
-            command.params.append(click.Option([flag], default=None, expose_value=False, callback=store,
-                                               help=f"({executor.name} executor) {text}"))
+            command.params.append(
+                click.Option(
+                    [flag], default=None, expose_value=False, callback=store, help=f"({executor.name} executor) {text}"
+                )
+            )
             taken.add(flag)
 
 
@@ -505,8 +727,7 @@ def explicit_defaults(group: click.Group) -> None:
         if isinstance(command, click.Group):
             explicit_defaults(command)
         for param in command.params:
-            if (isinstance(param, click.Option) and unset is not None and param.default is unset
-                    and not param.required):
+            if isinstance(param, click.Option) and unset is not None and param.default is unset and not param.required:
                 param.default = False if param.is_bool_flag else (() if param.multiple else None)
 
 

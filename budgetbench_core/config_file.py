@@ -48,19 +48,24 @@ def to_default_map(data: dict[str, Any], command: click.Command, path: Path) -> 
     for raw_key, value in data.items():
         key = raw_key.replace("-", "_")
         if "api" in key.lower() and "key" in key.lower():
-            raise click.UsageError(f"{path}: {raw_key!r}: API keys are never read from files or the command line; "
-                                   "set the provider's environment variable instead")
+            raise click.UsageError(
+                f"{path}: {raw_key!r}: API keys are never read from files or the command line; "
+                "set the provider's environment variable instead"
+            )
         param = keys.get(key)
         if param is None:
             accepted = sorted({p.name for p in keys.values()})
-            raise click.BadParameter(f"{path}: unknown key {raw_key!r}; accepted: {', '.join(accepted)}",
-                                     param_hint="--config")
+            raise click.BadParameter(
+                f"{path}: unknown key {raw_key!r}; accepted: {', '.join(accepted)}", param_hint="--config"
+            )
         if param.name == "task_options":
             value = _pairs(value, raw_key, path)
         elif param.name == "strategy_params":
             if not isinstance(value, dict):
                 raise click.BadParameter(f"{path}: {raw_key} must be a table of tables", param_hint="--config")
-            value = [f"{strategy}.{pair}" for strategy, params in value.items() for pair in _pairs(params, raw_key, path)]
+            value = [
+                f"{strategy}.{pair}" for strategy, params in value.items() for pair in _pairs(params, raw_key, path)
+            ]
         elif param.name == "budgets" and isinstance(value, list):
             value = " ".join(str(v) for v in value)
         elif param.multiple and isinstance(value, str):
@@ -84,10 +89,18 @@ def load_config(ctx: click.Context, param: click.Parameter, value: Path | None) 
 
 
 config_option = click.option(
-    "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-    is_eager=True, expose_value=True, callback=load_config, envvar="BUDGETBENCH_CONFIG", show_envvar=True,
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    is_eager=True,
+    expose_value=True,
+    callback=load_config,
+    envvar="BUDGETBENCH_CONFIG",
+    show_envvar=True,
     help="TOML file with any of these options (command-line options and BUDGETBENCH_* variables win); "
-         "copied into the run directory.")
+    "copied into the run directory.",
+)
 
 
 def copy_into_run(config_path: Path, run_dir: Path) -> Path:

@@ -36,11 +36,26 @@ def available_strategies(registry: Registry) -> tuple[list[str], list[str]]:
 def demo_configs(out: Path, items: int, answered: int, max_concurrency: int, strategies: list[str]) -> list[RunConfig]:
     """The prompts-only run and the answered run, in that order (``answered`` 0: no answered run)."""
     common: dict[str, Any] = {"task": "synthetic-memory", "strategies": strategies, "max_concurrency": max_concurrency}
-    configs = [RunConfig(out=Path(out) / "prompts", budgets=list(BUDGETS), limit=items, prompts_only=True,
-                         task_options={"items": items, "history_tokens": HISTORY_TOKENS}, **common)]
+    configs = [
+        RunConfig(
+            out=Path(out) / "prompts",
+            budgets=list(BUDGETS),
+            limit=items,
+            prompts_only=True,
+            task_options={"items": items, "history_tokens": HISTORY_TOKENS},
+            **common,
+        )
+    ]
     if answered:
-        configs.append(RunConfig(out=Path(out) / "answered", budgets=[BUDGETS[0]], limit=answered,
-                                 task_options={"items": answered, "history_tokens": HISTORY_TOKENS}, **common))
+        configs.append(
+            RunConfig(
+                out=Path(out) / "answered",
+                budgets=[BUDGETS[0]],
+                limit=answered,
+                task_options={"items": answered, "history_tokens": HISTORY_TOKENS},
+                **common,
+            )
+        )
     return configs
 
 
@@ -62,11 +77,15 @@ def summary_lines(out: Path) -> list[str]:
     except ReportError as exc:
         return [f"demo: no prompts-only rows to summarise ({exc})"]
     smallest = min(r["budget"] for r in prompts["summary"])
-    lines.append(f"Evidence recall at {smallest} tokens (share of items whose prompt kept all the evidence, 95%; "
-                 f"prompts only, no model call):")
+    lines.append(
+        f"Evidence recall at {smallest} tokens (share of items whose prompt kept all the evidence, 95%; "
+        f"prompts only, no model call):"
+    )
     for row in (r for r in prompts["summary"] if r["budget"] == smallest):
-        lines.append(f"  {row['strategy']:<14} {_interval(row, 'evidence_all')}  over {row['evidence_all_n']} items, "
-                     f"violation rate {row['violation_rate']:.2f}")
+        lines.append(
+            f"  {row['strategy']:<14} {_interval(row, 'evidence_all')}  over {row['evidence_all_n']} items, "
+            f"violation rate {row['violation_rate']:.2f}"
+        )
     for grid in prompts["pivot"]:
         lines.append(f"  best at {smallest}: {grid['best'][smallest]['text']}")
     answered_dir = Path(out) / "answered"
@@ -77,10 +96,16 @@ def summary_lines(out: Path) -> list[str]:
             return [*lines, f"answered run: nothing to summarise ({exc})"]
         lines.append(f"Answered run on the embedded model at {smallest} tokens (quality, violations = 0, 95%):")
         for row in answered["summary"]:
-            lines.append(f"  {row['strategy']:<14} {_interval(row, 'quality_all')}  over {row['quality_all_n']} items, "
-                         f"violation rate {row['violation_rate']:.2f}")
-        lines.append(f"  served-count audit: {answered['served_checked']} prompts checked, "
-                     f"{len(answered['served_mismatches'])} differ from our count")
-    lines.append(f"reports: {Path(out) / 'prompts' / 'report' / 'index.html'}"
-                 + (f" and {answered_dir / 'report' / 'index.html'}" if answered_dir.exists() else ""))
+            lines.append(
+                f"  {row['strategy']:<14} {_interval(row, 'quality_all')}  over {row['quality_all_n']} items, "
+                f"violation rate {row['violation_rate']:.2f}"
+            )
+        lines.append(
+            f"  served-count audit: {answered['served_checked']} prompts checked, "
+            f"{len(answered['served_mismatches'])} differ from our count"
+        )
+    lines.append(
+        f"reports: {Path(out) / 'prompts' / 'report' / 'index.html'}"
+        + (f" and {answered_dir / 'report' / 'index.html'}" if answered_dir.exists() else "")
+    )
     return lines

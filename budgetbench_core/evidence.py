@@ -52,11 +52,14 @@ def evidence_marks(history: Sequence[Message]) -> list[EvidenceMark]:
             text = message.content
         elif isinstance(value, str):
             if _normal(value) not in _normal(message.content):
-                raise EvidenceMarkError(f"history[{index}] marks evidence {value[:60]!r} that its content does not contain")
+                raise EvidenceMarkError(
+                    f"history[{index}] marks evidence {value[:60]!r} that its content does not contain"
+                )
             text = value
         else:
-            raise EvidenceMarkError(f"history[{index}]: metadata {EVIDENCE_KEY!r} must be true or a string, "
-                                    f"got {type(value).__name__}")
+            raise EvidenceMarkError(
+                f"history[{index}]: metadata {EVIDENCE_KEY!r} must be true or a string, got {type(value).__name__}"
+            )
         if _normal(text):
             marks.append(EvidenceMark(mark_id, _normal(text)))
     return marks

@@ -91,8 +91,10 @@ class FailFast:
             self._last = same
             reached = self._streak >= self.max_consecutive
         if reached:
-            self._stop(f"the same transport error on {self.max_consecutive} calls in a row: {message}"
-                       f"{hint(message)}", fatal=False)
+            self._stop(
+                f"the same transport error on {self.max_consecutive} calls in a row: {message}{hint(message)}",
+                fatal=False,
+            )
 
     def refused(self, message: str) -> None:
         self._stop(f"the server refused the run: {message}", fatal=True)

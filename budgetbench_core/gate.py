@@ -58,8 +58,9 @@ def prompt_hash(messages: Sequence[Message]) -> str:
 def exact_count(counter: PromptCounter, prompt: tuple[Message, ...]) -> int:
     tokens = counter.count(prompt)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise CountError(f"tokenizer {counter.info.id!r} returned {type(tokens).__name__} {tokens!r}, "
-                         f"not a token count")
+        raise CountError(
+            f"tokenizer {counter.info.id!r} returned {type(tokens).__name__} {tokens!r}, not a token count"
+        )
     return int.__index__(tokens)
 
 

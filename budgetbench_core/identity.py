@@ -58,8 +58,10 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         if name == "data_files" and isinstance(before, dict) and isinstance(after, dict):
             for path in sorted(set(before) | set(after)):
                 if before.get(path) != after.get(path):
-                    out.append(f"data file {path}: sha256 {before.get(path) or '(not read)'} -> "
-                               f"{after.get(path) or '(not read)'}")
+                    out.append(
+                        f"data file {path}: sha256 {before.get(path) or '(not read)'} -> "
+                        f"{after.get(path) or '(not read)'}"
+                    )
             continue
         out.append(f"{name}: {json.dumps(before, default=str)} -> {json.dumps(after, default=str)}")
     return out
@@ -75,28 +77,39 @@ def known_identities(run_dir: Path, manifest: Mapping[str, Any] | None) -> dict[
         try:
             known.update(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as exc:
-            raise RunLogError(f"{path}: not readable ({exc}); it records which experiments wrote this "
-                              f"directory: restore it or choose another --out") from None
+            raise RunLogError(
+                f"{path}: not readable ({exc}); it records which experiments wrote this "
+                f"directory: restore it or choose another --out"
+            ) from None
     if manifest and manifest.get("run_key") and manifest.get("identity"):
         known.setdefault(manifest["run_key"], manifest["identity"])
     return known
 
 
-def record_identity(run_dir: Path, key: str, identity: Mapping[str, Any],
-                    known: Mapping[str, dict[str, Any]]) -> None:
+def record_identity(run_dir: Path, key: str, identity: Mapping[str, Any], known: Mapping[str, dict[str, Any]]) -> None:
     write_json_atomic(Path(run_dir) / IDENTITY_FILE, {**known, key: dict(identity)})
 
 
-def mismatch_message(run_dir: Path, key: str, identity: Mapping[str, Any], foreign: Mapping[str, int],
-                     known: Mapping[str, dict[str, Any]]) -> str:
+def mismatch_message(
+    run_dir: Path,
+    key: str,
+    identity: Mapping[str, Any],
+    foreign: Mapping[str, int],
+    known: Mapping[str, dict[str, Any]],
+) -> str:
     """Why ``run_dir`` cannot be resumed with ``identity``: which fields differ, per foreign key."""
     parts = []
     for other, count in sorted(foreign.items(), key=lambda kv: str(kv[0])):
         if other is None:
             parts.append(f"{count} rows carry no run_key (written by an older budgetbench)")
         elif other in known:
-            parts.append(f"{count} rows of run_key {other} differ in: " + "; ".join(differences(known[other], identity)))
+            parts.append(
+                f"{count} rows of run_key {other} differ in: " + "; ".join(differences(known[other], identity))
+            )
         else:
             parts.append(f"{count} rows of run_key {other}, whose identity record is missing")
-    return (f"{run_dir} holds rows of a different experiment (this command's run_key is {key}): "
-            + " | ".join(parts) + ". Resume with the same settings and data, or choose another --out.")
+    return (
+        f"{run_dir} holds rows of a different experiment (this command's run_key is {key}): "
+        + " | ".join(parts)
+        + ". Resume with the same settings and data, or choose another --out."
+    )

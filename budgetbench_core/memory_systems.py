@@ -152,8 +152,12 @@ def _plain_retrieved(item: RetrievedItem) -> RetrievedItem:
     if not isinstance(text, str) or isinstance(score, bool) or not isinstance(score, (int, float)):
         raise PhaseError("retrieve", TypeError("a RetrievedItem needs str text and a numeric score"))
     metadata = json_safe_or_empty(fields.get("metadata"))
-    return RetrievedItem(str.__str__(text), float(score), str.__str__(source) if isinstance(source, str) else None,
-                         metadata if isinstance(metadata, dict) else {})
+    return RetrievedItem(
+        str.__str__(text),
+        float(score),
+        str.__str__(source) if isinstance(source, str) else None,
+        metadata if isinstance(metadata, dict) else {},
+    )
 
 
 class MemorySystemStrategy(MemoryStrategy):
@@ -195,23 +199,37 @@ class MemorySystemStrategy(MemoryStrategy):
         else:
             self._report = _phase("ingest", lambda: self.system.ingest(context.item.sessions(), context), self)
             if not isinstance(self._report, IngestReport):
-                raise PhaseError("ingest", TypeError(f"memory system {self.name!r} ingest returned "
-                                                     f"{type(self._report).__name__}, not IngestReport"))
+                raise PhaseError(
+                    "ingest",
+                    TypeError(
+                        f"memory system {self.name!r} ingest returned {type(self._report).__name__}, not IngestReport"
+                    ),
+                )
             if self._report.loss > self.max_ingest_loss:
                 ranked = []
             else:
-                ranked = _phase("retrieve", lambda: self.system.retrieve(context.item.query.content, context),
-                                self)
+                ranked = _phase("retrieve", lambda: self.system.retrieve(context.item.query.content, context), self)
             if not isinstance(ranked, list) or not all(isinstance(r, RetrievedItem) for r in ranked):
-                raise PhaseError("retrieve", TypeError(f"memory system {self.name!r} retrieve must return "
-                                                       f"list[RetrievedItem]"))
+                raise PhaseError(
+                    "retrieve", TypeError(f"memory system {self.name!r} retrieve must return list[RetrievedItem]")
+                )
             self._ranked = [_plain_retrieved(r) for r in ranked]
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(
-                redact(json.dumps({"item_id": context.item.id, "system": self.name, "query": context.item.query.content,
-                            "ingest": self._report.to_dict(), "ranked": [asdict(r) for r in self._ranked]},
-                           ensure_ascii=False, indent=1)),
+                redact(
+                    json.dumps(
+                        {
+                            "item_id": context.item.id,
+                            "system": self.name,
+                            "query": context.item.query.content,
+                            "ingest": self._report.to_dict(),
+                            "ranked": [asdict(r) for r in self._ranked],
+                        },
+                        ensure_ascii=False,
+                        indent=1,
+                    )
+                ),
                 encoding="utf-8",
             )
             tmp.replace(path)

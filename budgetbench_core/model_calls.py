@@ -109,16 +109,21 @@ class ModelCaller:
         deadline = Deadline.within(self.timeout_s, outer)
         with self._slots:
             try:
-                return plain_completion(contained("model", self.plugin, lambda: self.backend.complete(messages, params),
-                                                  deadline))
+                return plain_completion(
+                    contained("model", self.plugin, lambda: self.backend.complete(messages, params), deadline)
+                )
             except PluginFailure as failure:
                 if failure.timed_out:
-                    raise TransportError(f"no complete reply within the total deadline of {deadline.seconds:g} s") from None
+                    raise TransportError(
+                        f"no complete reply within the total deadline of {deadline.seconds:g} s"
+                    ) from None
                 if isinstance(failure.original, TransportError):
                     raise failure.original from None
                 raise
 
-    def call(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline | None = None) -> CallOutcome:
+    def call(
+        self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline | None = None
+    ) -> CallOutcome:
         messages = list(messages)
         key = cache_key(*self.backend.cache_identity(), messages, params)
         warnings: list[str] = []
@@ -152,8 +157,11 @@ class ModelCaller:
                     delay = max(delay, exc.retry_after)
                 delay = min(delay, MAX_BACKOFF_S)
                 if deadline is not None and deadline.remaining() < delay:
-                    raise CallFailed(f"transport error after {attempts} attempts: {exc}; no time left for a retry "
-                                     f"before the cell's deadline", attempts) from exc
+                    raise CallFailed(
+                        f"transport error after {attempts} attempts: {exc}; no time left for a retry "
+                        f"before the cell's deadline",
+                        attempts,
+                    ) from exc
                 time.sleep(delay)
                 continue
             except PluginFailure as failure:  # the server answered unusably (ResponseError) or the backend broke
@@ -165,8 +173,9 @@ class ModelCaller:
                 raise CallFailed(f"{what} (not retried)", attempts) from None
             except TypeError as exc:  # the backend returned something that is not a completion
                 self._count()
-                raise CallFailed(f"{self.plugin.describe()} returned an unusable completion: {exc} (not retried)",
-                                 attempts) from None
+                raise CallFailed(
+                    f"{self.plugin.describe()} returned an unusable completion: {exc} (not retried)", attempts
+                ) from None
             if self.cache is not None:
                 self.cache.put(key, completion)
             return CallOutcome(completion, attempts, False, warnings)

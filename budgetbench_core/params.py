@@ -86,7 +86,7 @@ def _doc_help(cls: type[object], name: str, names: list[str]) -> str:
             others = [sentence.find(f"``{other}``") for other in names if other != name]
             following = [i for i in others if i > start]
             if any(i >= 0 for i in others):
-                clause = sentence[start:min(following)] if following else sentence[start:]
+                clause = sentence[start : min(following)] if following else sentence[start:]
                 clause = re.sub(r"[,;.]?\s*(and|or)?\s*$", "", clause)
             else:
                 clause = sentence
@@ -123,8 +123,10 @@ def parameters_of(cls: type) -> dict[str, ParamSpec]:
             param = value if isinstance(value, Param) else Param(help=str(value))
             default = param.default if param.default is not REQUIRED else found.get(name, (REQUIRED, ""))[0]
             found[name] = (default, param.help)
-    return {name: ParamSpec(name, default, default is REQUIRED, help or _doc_help(cls, name, list(found)))
-            for name, (default, help) in found.items()}
+    return {
+        name: ParamSpec(name, default, default is REQUIRED, help or _doc_help(cls, name, list(found)))
+        for name, (default, help) in found.items()
+    }
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:
@@ -141,8 +143,10 @@ def check_params(kind: str, name: str, cls: type, given: Mapping[str, Any], opti
     for key in given:
         if key not in accepted:
             listing = ", ".join(accepted) or "none"
-            raise ParameterError(f"{kind} {name!r} has no parameter {key!r}; {did_you_mean(key, list(accepted))}"
-                                 f"accepted: {listing} (see `budgetbench describe {name}`)")
+            raise ParameterError(
+                f"{kind} {name!r} has no parameter {key!r}; {did_you_mean(key, list(accepted))}"
+                f"accepted: {listing} (see `budgetbench describe {name}`)"
+            )
     missing = [p.name for p in accepted.values() if p.required and p.name not in given]
     if missing:
         raise ParameterError(f"{kind} {name!r} needs {', '.join(missing)}: pass {option.replace('KEY', missing[0])}")
@@ -157,18 +161,27 @@ def resolve(registry: Registry, kind: str, name: str):
     return registry.get(kind, name)
 
 
-def check_run(registry: Registry, task: str, task_options: Mapping[str, Any], strategies: list[str],
-              strategy_params: Mapping[str, Mapping[str, Any]], grader: str | None = None) -> None:
+def check_run(
+    registry: Registry,
+    task: str,
+    task_options: Mapping[str, Any],
+    strategies: list[str],
+    strategy_params: Mapping[str, Mapping[str, Any]],
+    grader: str | None = None,
+) -> None:
     """Names and parameters of a run, checked before anything is built."""
     task_class = resolve(registry, "task", task).obj
     check_params("task", task, task_class, task_options, "--task-option KEY=VALUE")
     for strategy in strategies:
         cls = resolve(registry, "strategy", strategy).obj
-        check_params("strategy", strategy, cls, strategy_params.get(strategy, {}),
-                     f"--strategy-param {strategy}.KEY=VALUE")
+        check_params(
+            "strategy", strategy, cls, strategy_params.get(strategy, {}), f"--strategy-param {strategy}.KEY=VALUE"
+        )
     for strategy in strategy_params:
         if strategy not in strategies:
-            raise ParameterError(f"--strategy-param names {strategy!r}, which is not in this run's strategies "
-                                 f"({', '.join(strategies)}); {did_you_mean(strategy, list(strategies))}"
-                                 f"add -s {strategy} or fix the prefix")
+            raise ParameterError(
+                f"--strategy-param names {strategy!r}, which is not in this run's strategies "
+                f"({', '.join(strategies)}); {did_you_mean(strategy, list(strategies))}"
+                f"add -s {strategy} or fix the prefix"
+            )
     resolve(registry, "grader", grader or task_class.default_grader)

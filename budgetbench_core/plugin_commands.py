@@ -29,6 +29,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
 # ----------------------------------------------------------------- new-plugin
 
+
 def render_template(kind: str, name: str, destination: Path) -> Path:
     """Render the plugin template for ``kind`` into ``destination/budgetbench-<kind>-<name>``."""
     if kind not in KINDS:
@@ -36,18 +37,25 @@ def render_template(kind: str, name: str, destination: Path) -> Path:
     if not _NAME.match(name):
         raise click.BadParameter(
             f"{name!r}: use lower-case letters and digits, words joined by '-' or '_' (e.g. my-strategy)",
-            param_hint="NAME")
+            param_hint="NAME",
+        )
     words = re.split(r"[-_]", name)
     module = f"budgetbench_{KINDS[kind]}_{'_'.join(words)}"
-    values = {"kind": kind, "name": name, "module": module, "class_name": "".join(w.capitalize() for w in words),
-              "distribution": f"budgetbench-{KINDS[kind]}-{'-'.join(words)}",
-              "entry_point": f"{KINDS[kind]}-{'-'.join(words)}"}
+    values = {
+        "kind": kind,
+        "name": name,
+        "module": module,
+        "class_name": "".join(w.capitalize() for w in words),
+        "distribution": f"budgetbench-{KINDS[kind]}-{'-'.join(words)}",
+        "entry_point": f"{KINDS[kind]}-{'-'.join(words)}",
+    }
     target = destination / values["distribution"]
     if target.exists():
         raise click.UsageError(f"{target} already exists; choose another NAME or --dir")
     _refuse_taken(name, values["distribution"])
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
-                                     keep_trailing_newline=True)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
     for source in sorted(TEMPLATE_DIR.rglob("*.j2")):
         relative = source.relative_to(TEMPLATE_DIR).as_posix()
         stem, _, _ = relative.rpartition(".j2")
@@ -69,21 +77,29 @@ def _refuse_taken(name: str, distribution: str) -> None:
     for kind in ("strategy", "task", "grader"):
         if name in registry.entries[kind]:
             owner = registry.entries[kind][name].plugin
-            raise click.UsageError(f"the name {name!r} is taken: {kind} {name!r} of {owner.distribution}; "
-                                   "choose another NAME")
+            raise click.UsageError(
+                f"the name {name!r} is taken: {kind} {name!r} of {owner.distribution}; choose another NAME"
+            )
     try:
         installed = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         return
-    raise click.UsageError(f"a distribution {distribution!r} ({installed.version}) is already installed; "
-                           "choose another NAME")
+    raise click.UsageError(
+        f"a distribution {distribution!r} ({installed.version}) is already installed; choose another NAME"
+    )
 
 
 @click.command("new-plugin")
 @click.argument("kind", type=click.Choice(list(KINDS)))
 @click.argument("name")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Folder to create the plugin in.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder to create the plugin in.",
+)
 def new_plugin(kind, name, directory):
     """Create a strategy or memory-system plugin from the template, ready to install and test."""
     target = render_template(kind, name, directory)
@@ -91,19 +107,25 @@ def new_plugin(kind, name, directory):
     python = shlex.quote(sys.executable)  # this environment's pip and pytest, not whatever is on PATH
     script = Path(sys.executable).with_name("budgetbench")
     budgetbench = shlex.quote(str(script)) if script.is_file() else "budgetbench"
-    click.echo(f"next: {python} -m pip install -e {shlex.quote(str(target))} && {python} -m pytest "
-               f"{shlex.quote(str(target / 'tests'))} && {budgetbench} check-plugin {name}")
+    click.echo(
+        f"next: {python} -m pip install -e {shlex.quote(str(target))} && {python} -m pytest "
+        f"{shlex.quote(str(target / 'tests'))} && {budgetbench} check-plugin {name}"
+    )
 
 
 # ----------------------------------------------------------------- check-plugin
+
 
 def strategies_of(name: str) -> list[str]:
     """Strategy names for NAME: a strategy itself, or every strategy a plugin/distribution registers."""
     registry = get_registry()
     if name in registry.entries["strategy"]:
         return [name]
-    found = [s for s, entry in sorted(registry.entries["strategy"].items())
-             if name in (entry.plugin.name, entry.plugin.distribution)]
+    found = [
+        s
+        for s, entry in sorted(registry.entries["strategy"].items())
+        if name in (entry.plugin.name, entry.plugin.distribution)
+    ]
     if found:
         return found
     failed = [p for p in registry.failures if name in (p.name, p.distribution)]
@@ -111,13 +133,19 @@ def strategies_of(name: str) -> list[str]:
         raise UnknownNameError(f"plugin {name!r} failed to load: {failed[0].error}")
     raise UnknownNameError(
         f"no strategy, plugin or distribution named {name!r} registers a strategy or memory system; "
-        f"strategies: {', '.join(registry.names('strategy')) or 'none'}")
+        f"strategies: {', '.join(registry.names('strategy')) or 'none'}"
+    )
 
 
 @click.command("check-plugin")
 @click.argument("name")
-@click.option("--model", "-m", default="local", show_default=True,
-              help="Model for auxiliary calls and the default tokenizer ('local' or a litellm string).")
+@click.option(
+    "--model",
+    "-m",
+    default="local",
+    show_default=True,
+    help="Model for auxiliary calls and the default tokenizer ('local' or a litellm string).",
+)
 @click.option("--api-base", default=None, help="Server address for openai/<name> models.")
 @click.option("--tokenizer", default=None, help="Tokenizer spec (default: the model's exact tokenizer).")
 @click.option("--budgets", "-b", default="256 512 1024", show_default=True, help="Budgets to check, in tokens.")
@@ -213,8 +241,13 @@ def dataset_named(name: str | None) -> Dataset:
 
 @data.command("fetch")
 @click.argument("dataset", required=False)
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).",
+)
 @click.option("--file", "files", multiple=True, help="Fetch only this file of the dataset (repeatable).")
 def fetch(dataset, directory, files):
     """Download a dataset's official files from the Hugging Face hub, recording SHA-256 checksums.
@@ -227,8 +260,9 @@ def fetch(dataset, directory, files):
     folder = (directory or data_dir()) / source.folder
     unknown = sorted(set(files) - set(source.files))
     if unknown:
-        raise click.BadParameter(f"{dataset} has no file {unknown[0]!r}; files: {', '.join(source.files)}",
-                                 param_hint="--file")
+        raise click.BadParameter(
+            f"{dataset} has no file {unknown[0]!r}; files: {', '.join(source.files)}", param_hint="--file"
+        )
     wanted = list(files) or list(source.files)
     missing = [f for f in wanted if not (folder / source.files[f]).is_file()]
     for remote in wanted:
@@ -237,15 +271,19 @@ def fetch(dataset, directory, files):
     if not missing:
         return
     if _offline():
-        click.echo("offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder))
+        click.echo(
+            "offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder)
+        )
         raise SystemExit(1)
     for index, remote in enumerate(missing):
         target = folder / source.files[remote]
         try:
             commit = _download(source, remote, target)
         except Exception as exc:  # no connection, gated repo, moved file: say what to do instead
-            click.echo(f"could not download {source.repo}/{remote}: {type(exc).__name__}: {str(exc)[:300]}\n"
-                       + _placement_help(dataset, source, missing[index:], folder))
+            click.echo(
+                f"could not download {source.repo}/{remote}: {type(exc).__name__}: {str(exc)[:300]}\n"
+                + _placement_help(dataset, source, missing[index:], folder)
+            )
             raise SystemExit(1) from None
         digest = _sha256(target)
         with (folder / CHECKSUMS).open("a", encoding="utf-8") as sums:

@@ -96,8 +96,10 @@ def suggest_tokenizer(model: str) -> str:
         where = f"https://openrouter.ai/{name}"
     else:
         where = "the model's card"
-    return (f"pass --tokenizer hf:<the model's Hugging Face repo> (see {where}), or tiktoken:o200k_base "
-            "to count approximately")
+    return (
+        f"pass --tokenizer hf:<the model's Hugging Face repo> (see {where}), or tiktoken:o200k_base "
+        "to count approximately"
+    )
 
 
 # ----------------------------------------------------------------- the checks
@@ -119,9 +121,11 @@ def _provider(model: str, problems: list[str]) -> str | None:
         prefix = model.split("/", 1)[0] if "/" in model else model
         close = difflib.get_close_matches(prefix, [*litellm.provider_list, "local"], n=1, cutoff=0.7)
         hint = f"did you mean {close[0] + ('' if close[0] == 'local' else '/...')!r}? " if close else ""
-        problems.append(f"--model {model!r}: no provider is known for it; {hint}use 'local', "
-                        "ollama_chat/<name>, openrouter/<org>/<name>, or openai/<name> with --api-base "
-                        "(providers: https://docs.litellm.ai/docs/providers)")
+        problems.append(
+            f"--model {model!r}: no provider is known for it; {hint}use 'local', "
+            "ollama_chat/<name>, openrouter/<org>/<name>, or openai/<name> with --api-base "
+            "(providers: https://docs.litellm.ai/docs/providers)"
+        )
         return None
 
 
@@ -151,8 +155,10 @@ def _ollama(model: str, api_base: str | None, problems: list[str], passed: list[
         tags.raise_for_status()
         served = [m.get("name", "") for m in tags.json().get("models", [])]
     except (httpx.HTTPError, ValueError) as exc:
-        problems.append(f"Ollama does not answer at {base} ({_one_line(exc, 120)}): start it with `ollama serve`, "
-                        "or pass --api-base http://<host>:11434")
+        problems.append(
+            f"Ollama does not answer at {base} ({_one_line(exc, 120)}): start it with `ollama serve`, "
+            "or pass --api-base http://<host>:11434"
+        )
         return ModelContext()
     wanted = name if ":" in name else f"{name}:latest"
     if wanted not in served and name not in served:
@@ -176,8 +182,10 @@ def _openai_compatible(model: str, api_base: str, problems: list[str], passed: l
     try:
         listing = _get(f"{base}/models", {"Authorization": f"Bearer {key or 'not-needed'}"})
     except httpx.HTTPError as exc:
-        problems.append(f"no server answers at {base} ({_one_line(exc, 120)}): start it, or fix --api-base "
-                        "(an OpenAI-compatible server's address ends in /v1)")
+        problems.append(
+            f"no server answers at {base} ({_one_line(exc, 120)}): start it, or fix --api-base "
+            "(an OpenAI-compatible server's address ends in /v1)"
+        )
         return ModelContext()
     if listing.status_code in (401, 403):
         variable = "OPENAI_API_KEY" if model.startswith("openai/") else "the provider's key variable"
@@ -208,19 +216,29 @@ def _tiny_call(model: str, api_base: str | None, problems: list[str], passed: li
     if model.startswith("openai/") and api_base and not os.environ.get("OPENAI_API_KEY"):
         extra["api_key"] = "not-needed"
     try:
-        litellm.completion(model=model, messages=[{"role": "user", "content": "Say OK."}], api_base=api_base,
-                           max_tokens=1, timeout=30, num_retries=0, **extra)
+        litellm.completion(
+            model=model,
+            messages=[{"role": "user", "content": "Say OK."}],
+            api_base=api_base,
+            max_tokens=1,
+            timeout=30,
+            num_retries=0,
+            **extra,
+        )
     except Exception as exc:
         status = getattr(exc, "status_code", None)
         where = api_base or model.split("/", 1)[0]
         if status in (401, 403) or isinstance(exc, litellm.exceptions.AuthenticationError):
-            problems.append(f"{where} refused the API key ({status}): check the provider's key variable "
-                            f"({_one_line(exc, 100)})")
+            problems.append(
+                f"{where} refused the API key ({status}): check the provider's key variable ({_one_line(exc, 100)})"
+            )
         elif status == 404 or isinstance(exc, litellm.exceptions.NotFoundError):
             problems.append(f"{where} does not serve {model!r} ({_one_line(exc, 100)}): check the model name")
         elif isinstance(exc, (litellm.exceptions.APIConnectionError, litellm.exceptions.Timeout)):
-            problems.append(f"cannot reach {where} ({_one_line(exc, 100)}): check the network and --api-base, "
-                            "or pass --no-preflight to try anyway")
+            problems.append(
+                f"cannot reach {where} ({_one_line(exc, 100)}): check the network and --api-base, "
+                "or pass --no-preflight to try anyway"
+            )
         else:
             problems.append(f"a one-token test call to {model!r} failed ({_one_line(exc, 140)}): check --model")
         return ModelContext()
@@ -251,7 +269,9 @@ def _local_context(backend_class: type, config: Any, problems: list[str]) -> Mod
     return ModelContext(tokens, f"the embedded model {backend.model_path.name}") if tokens else ModelContext()
 
 
-def _tokenizer(config: Any, registry: Registry, backend_class: type[Backend], problems: list[str], passed: list[str]) -> None:
+def _tokenizer(
+    config: Any, registry: Registry, backend_class: type[Backend], problems: list[str], passed: list[str]
+) -> None:
     if backend_class.name == "local" and (config.tokenizer or "server") == "server":
         return  # the embedded server counts for itself; it starts with the run
     try:
@@ -261,7 +281,9 @@ def _tokenizer(config: Any, registry: Registry, backend_class: type[Backend], pr
         return
     spec = config.tokenizer or backend.default_tokenizer()
     if not spec:
-        problems.append(f"--model {config.model!r} has no exact tokenizer of its own: {suggest_tokenizer(config.model)}")
+        problems.append(
+            f"--model {config.model!r} has no exact tokenizer of its own: {suggest_tokenizer(config.model)}"
+        )
         return
     prefix = spec.partition(":")[0]
     try:
@@ -270,8 +292,10 @@ def _tokenizer(config: Any, registry: Registry, backend_class: type[Backend], pr
     except UnknownNameError:
         close = difflib.get_close_matches(prefix, registry.names("tokenizer"), n=1)
         hint = f"did you mean {close[0] + ':'!r}? " if close else ""
-        problems.append(f"--tokenizer {spec!r}: unknown kind {prefix!r}; {hint}use hf:<dir or id>, "
-                        "tiktoken:<encoding>, gguf:<file> or server")
+        problems.append(
+            f"--tokenizer {spec!r}: unknown kind {prefix!r}; {hint}use hf:<dir or id>, "
+            "tiktoken:<encoding>, gguf:<file> or server"
+        )
         return
     except Exception as exc:
         fix = "download it once with network access, or pass a local folder" if prefix == "hf" else "check the spec"
@@ -284,8 +308,11 @@ def fitting_budgets(context: ModelContext, max_output: int) -> list[int]:
     """The default tiers that fit ``context`` (all of them when it is unknown)."""
     if context.tokens is None:
         return list(DEFAULT_BUDGETS)
-    fit = [b for b in DEFAULT_BUDGETS if b <= context.tokens
-           and (context.total_limit is None or b + max_output <= context.total_limit)]
+    fit = [
+        b
+        for b in DEFAULT_BUDGETS
+        if b <= context.tokens and (context.total_limit is None or b + max_output <= context.total_limit)
+    ]
     return fit or [max(256, min(context.tokens, context.total_limit or context.tokens) - max_output)]
 
 
@@ -301,15 +328,21 @@ def _check_budgets(budgets: list[int], context: ModelContext, max_output: int, p
         too_big += [b for b in budgets if b not in too_big and b + max_output > context.total_limit]
     if too_big:
         fit = " ".join(map(str, fitting_budgets(context, max_output)))
-        limit = (f"{context.total_limit} tokens for prompt + {max_output} output" if context.total_limit
-                 else f"{context.tokens} tokens")
-        problems.append(f"budget{'s' if len(too_big) > 1 else ''} {' '.join(map(str, sorted(too_big)))} "
-                        f"do{'' if len(too_big) > 1 else 'es'} not fit the model's context ({limit}, from "
-                        f"{context.source}): use -b \"{fit}\" or a model with a larger context{LARGER_MODEL}")
+        limit = (
+            f"{context.total_limit} tokens for prompt + {max_output} output"
+            if context.total_limit
+            else f"{context.tokens} tokens"
+        )
+        problems.append(
+            f"budget{'s' if len(too_big) > 1 else ''} {' '.join(map(str, sorted(too_big)))} "
+            f"do{'' if len(too_big) > 1 else 'es'} not fit the model's context ({limit}, from "
+            f'{context.source}): use -b "{fit}" or a model with a larger context{LARGER_MODEL}'
+        )
 
 
-def preflight(config: Any, registry: Registry, *, budgets_given: bool, full: bool = True,
-              max_output: int = 64) -> PreflightReport:
+def preflight(
+    config: Any, registry: Registry, *, budgets_given: bool, full: bool = True, max_output: int = 64
+) -> PreflightReport:
     """Check ``config`` (a RunConfig) before the run; raise PreflightError listing every problem.
 
     ``budgets_given`` False means the tiers are to be chosen here: the default tiers that fit
@@ -342,8 +375,10 @@ def preflight(config: Any, registry: Registry, *, budgets_given: bool, full: boo
         budgets = fitting_budgets(context, max_output)
         if context.tokens is not None and budgets != list(DEFAULT_BUDGETS):
             dropped = [b for b in DEFAULT_BUDGETS if b not in budgets]
-            notes.append(f"budgets: {' '.join(map(str, budgets))} (the model's context is {context.tokens} tokens, "
-                         f"from {context.source}; {' '.join(map(str, dropped))} would not fit; choose with -b)")
+            notes.append(
+                f"budgets: {' '.join(map(str, budgets))} (the model's context is {context.tokens} tokens, "
+                f"from {context.source}; {' '.join(map(str, dropped))} would not fit; choose with -b)"
+            )
     else:
         _check_budgets(budgets, context, max_output, problems)
     if problems:

@@ -112,8 +112,14 @@ class Display:
         if self.mode == "rich":
             width = max(len(OVERALL), *(len(name) for name in per_strategy)) + 1
             self._progress = Progress(
-                TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), _EtaColumn(self), console=self.console, transient=False)
+                TextColumn(f"{{task.description:<{width}}}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                _EtaColumn(self),
+                console=self.console,
+                transient=False,
+            )
             self._progress.start()
             self._tasks[OVERALL] = self._progress.add_task(OVERALL, total=total, key=OVERALL)
             for name, cells in per_strategy.items():
@@ -245,8 +251,10 @@ def outcome(rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list
             checked += 1
             if served != row.get("prompt_tokens"):
                 mismatched += 1
-                example = example or (f"{served:,} served vs {row.get('prompt_tokens'):,} counted at "
-                                      f"{row['strategy']}@{row['budget']}, item {row['item_id']}")
+                example = example or (
+                    f"{served:,} served vs {row.get('prompt_tokens'):,} counted at "
+                    f"{row['strategy']}@{row['budget']}, item {row['item_id']}"
+                )
     cells = {}
     for key in {*per_item, *counts}:
         values = [sum(v) / len(v) for v in per_item[key].values()]
@@ -278,8 +286,12 @@ def outcome_table(result: RunOutcome) -> Table:
 
 def print_outcome(console: Console, result: RunOutcome) -> None:
     """The table, the grouped error causes and the served-count audit."""
-    console.print("quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
-                  "(left out; run again to retry them)", soft_wrap=True, highlight=False)
+    console.print(
+        "quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
+        "(left out; run again to retry them)",
+        soft_wrap=True,
+        highlight=False,
+    )
     console.print(outcome_table(result))
     if result.errors:
         console.print(f"[red]errors[/] ({sum(n for _, n in result.errors)} cells, by cause):")
@@ -288,12 +300,19 @@ def print_outcome(console: Console, result: RunOutcome) -> None:
         if len(result.errors) > 8:
             console.print(f"  ... and {len(result.errors) - 8} other causes (report: errors.csv)")
     if not result.audit_checked:
-        console.print("served-count audit: the server reported no prompt usage, so our counts are unchecked",
-                      soft_wrap=True)
+        console.print(
+            "served-count audit: the server reported no prompt usage, so our counts are unchecked", soft_wrap=True
+        )
     elif result.audit_mismatched:
-        console.print(f"[yellow]served-count audit: {result.audit_mismatched} of {result.audit_checked} results "
-                      f"disagree[/] (e.g. {result.audit_example}): the tokenizer is not the served model's, or "
-                      "the server changed the prompt (Ollama cuts prompts to num_ctx)", highlight=False, soft_wrap=True)
+        console.print(
+            f"[yellow]served-count audit: {result.audit_mismatched} of {result.audit_checked} results "
+            f"disagree[/] (e.g. {result.audit_example}): the tokenizer is not the served model's, or "
+            "the server changed the prompt (Ollama cuts prompts to num_ctx)",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
-        console.print(f"served-count audit: the server's prompt count matched ours on all {result.audit_checked} "
-                      "results", soft_wrap=True)
+        console.print(
+            f"served-count audit: the server's prompt count matched ours on all {result.audit_checked} results",
+            soft_wrap=True,
+        )

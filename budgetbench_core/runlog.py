@@ -30,8 +30,11 @@ class RunLogError(ValueError):
 _SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
 
 
-_AUTHORIZATION = re.compile(r"((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token)?\s*)"
-                            r"(?!<)[^\s\"',;}]+", re.IGNORECASE)  # (?!<): already redacted
+_AUTHORIZATION = re.compile(
+    r"((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token)?\s*)"
+    r"(?!<)[^\s\"',;}]+",
+    re.IGNORECASE,
+)  # (?!<): already redacted
 _BEARER = re.compile(r"(\bbearer\s+)(?!<)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 _PIECE = 12  # a piece of a key this long is redacted too (some providers quote part of it back)
 
@@ -55,7 +58,7 @@ def redact(text: str) -> str:
             text = text.replace(value, f"<{name} redacted>")
         if len(value) >= 16 and not any(c.isspace() or c in "/\\" for c in value):
             for start in range(len(value) - _PIECE + 1):
-                piece = value[start:start + _PIECE]
+                piece = value[start : start + _PIECE]
                 if piece in text:
                     text = text.replace(piece, f"<{name} redacted>")
     # The two patterns scan the whole text (tens of KB for a prompt audit); run each only

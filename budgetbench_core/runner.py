@@ -139,8 +139,9 @@ class RunSummary:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -156,8 +157,9 @@ def _exclusive(run_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunConfigError(f"{run_dir} is in use by another budgetbench run; wait for it to finish "
-                                 f"or choose another --out") from None
+            raise RunConfigError(
+                f"{run_dir} is in use by another budgetbench run; wait for it to finish or choose another --out"
+            ) from None
         yield
 
 
@@ -172,20 +174,28 @@ def canonical_item(task: str, item: Any) -> Item:
         raise TaskDataError(f"task {task!r} yielded {type(item).__name__}, not Item")
     item_id = item.id
     if not isinstance(item_id, str) or not item_id:
-        raise TaskDataError(f"task {task!r} yielded an item whose id is {type(item_id).__name__} {item_id!r}, "
-                            f"not a non-empty str")
+        raise TaskDataError(
+            f"task {task!r} yielded an item whose id is {type(item_id).__name__} {item_id!r}, not a non-empty str"
+        )
     item_id = str.__str__(item_id)
 
     def plain(message: Any, where: str) -> Message:
         try:
             return canonical_message(message, where)
         except PromptError as exc:
-            raise TaskDataError(f"task {task!r}, item {item_id!r}: {exc}; decode the source file strictly "
-                                f"and use roles system/user/assistant") from None
+            raise TaskDataError(
+                f"task {task!r}, item {item_id!r}: {exc}; decode the source file strictly "
+                f"and use roles system/user/assistant"
+            ) from None
 
     history = tuple(plain(m, f"history[{i}]") for i, m in enumerate(tuple(item.history)))
-    return replace(item, id=item_id, history=history, query=plain(item.query, "query"),
-                   system=plain(item.system, "system") if item.system is not None else None)
+    return replace(
+        item,
+        id=item_id,
+        history=history,
+        query=plain(item.query, "query"),
+        system=plain(item.system, "system") if item.system is not None else None,
+    )
 
 
 class Run:
@@ -205,16 +215,23 @@ class Run:
         self.backend_name = resolved.name
         backend_class = resolved.obj
         self.backend: Backend = backend_class(
-            config.model, api_base=config.api_base, timeout_s=config.timeout_s,
-            max_context=max(config.budgets) + self.max_output_tokens, max_concurrency=config.max_concurrency,
+            config.model,
+            api_base=config.api_base,
+            timeout_s=config.timeout_s,
+            max_context=max(config.budgets) + self.max_output_tokens,
+            max_concurrency=config.max_concurrency,
             server_prompt_cache=config.server_prompt_cache,
         )
         self.judge_backend: Backend | None = None
         if config.judge_model and config.judge_model != config.model:
             judge_class = registry.resolve_backend(config.judge_model).obj
-            self.judge_backend = judge_class(config.judge_model, timeout_s=config.timeout_s,
-                                             max_context=32768, max_concurrency=config.max_concurrency,
-                                             server_prompt_cache=config.server_prompt_cache)
+            self.judge_backend = judge_class(
+                config.judge_model,
+                timeout_s=config.timeout_s,
+                max_context=32768,
+                max_concurrency=config.max_concurrency,
+                server_prompt_cache=config.server_prompt_cache,
+            )
         self.log = EventLog(self.run_dir)
         self._local = threading.local()
         self._stop = threading.Event()
@@ -234,13 +251,14 @@ class Run:
     def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
         registered = self.registry.get(kind, name)
         try:
-            return contained("create", self.ref(kind, name), lambda: registered.obj(**params),
-                             Deadline(LOAD_TIMEOUT_S))
+            return contained("create", self.ref(kind, name), lambda: registered.obj(**params), Deadline(LOAD_TIMEOUT_S))
         except PluginFailure as failure:
             if isinstance(failure.original, TaskDataError):
                 raise failure.original from None  # already names the file, record and field
-            raise PluginError(f"{kind} {name!r} from {registered.plugin.distribution} could not be created with "
-                              f"{params}: {failure.cause}") from None
+            raise PluginError(
+                f"{kind} {name!r} from {registered.plugin.distribution} could not be created with "
+                f"{params}: {failure.cause}"
+            ) from None
 
     def _new_strategy(self, name: str) -> MemoryStrategy:
         cls = self.strategy_classes[name]
@@ -254,8 +272,10 @@ class Run:
         try:
             return contained("create", self.ref("strategy", name), create, Deadline(self.config.item_timeout_s))
         except PluginFailure as failure:
-            raise PluginError(f"strategy {name!r} from {failure.plugin.distribution} could not be created with "
-                              f"{params}: {failure.cause}") from None
+            raise PluginError(
+                f"strategy {name!r} from {failure.plugin.distribution} could not be created with "
+                f"{params}: {failure.cause}"
+            ) from None
 
     def _strategy(self, name: str) -> MemoryStrategy:
         """One instance per worker thread: strategies keep per-item state."""
@@ -283,13 +303,17 @@ class Run:
         self.tokenizer_ref = self.ref("tokenizer", prefix) if registered else PluginRef("tokenizer", spec)
         try:
             tokenizer, self.tokenizer_plugin = contained(
-                "create", self.tokenizer_ref, lambda: self.registry.resolve_tokenizer_source(spec, self.backend),
-                Deadline(LOAD_TIMEOUT_S))
+                "create",
+                self.tokenizer_ref,
+                lambda: self.registry.resolve_tokenizer_source(spec, self.backend),
+                Deadline(LOAD_TIMEOUT_S),
+            )
             self.tokenizer_ref = PluginRef("tokenizer", self.tokenizer_ref.name, self.tokenizer_plugin.distribution)
             return tokenizer
         except PluginFailure as failure:
-            if (isinstance(failure.original, (ValueError, OSError, PluginError))
-                    and not isinstance(failure.original, PluginFailure)):
+            if isinstance(failure.original, (ValueError, OSError, PluginError)) and not isinstance(
+                failure.original, PluginFailure
+            ):
                 raise failure.original from None  # a clear message about the spec, file or plugin
             raise PluginError(failure.cause) from None
 
@@ -325,8 +349,10 @@ class Run:
             except PluginFailure as failure:
                 if isinstance(failure.original, (TaskDataError, RunConfigError)):
                     raise failure.original from None  # already names the file, record and field
-                raise PluginError(f"task {self.config.task!r} ({ref.distribution}) failed to load its items: "
-                                  f"{describe_exception(failure.original) if failure.original else failure.cause}") from None
+                raise PluginError(
+                    f"task {self.config.task!r} ({ref.distribution}) failed to load its items: "
+                    f"{describe_exception(failure.original) if failure.original else failure.cause}"
+                ) from None
 
         source = step(lambda: iter(self.task.load_wanted(self.config.limit, self.config.seed, check)))
         while (item := step(lambda: next(source, end))) is not end:
@@ -339,8 +365,10 @@ class Run:
                 yielded.add(item.id)
                 yield item
         if not seen:
-            raise TaskDataError(f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
-                                f"limit {self.config.limit}): nothing to run")
+            raise TaskDataError(
+                f"task {self.config.task!r} produced no items (options {self.config.task_options}, "
+                f"limit {self.config.limit}): nothing to run"
+            )
 
     def _shard(self, previous: dict[str, Any] | None) -> Shard | None:
         """This invocation's shard; a directory written as one shard is never resumed as another."""
@@ -351,9 +379,11 @@ class Run:
         before = ((previous or {}).get("config") or {}).get("shard")
         merged = (previous or {}).get("shards")
         if previous and not merged and before != (str(shard) if shard else None):
-            raise RunConfigError(f"{self.run_dir} holds {'shard ' + before if before else 'a run made without --shard'}"
-                                 f", not {'shard ' + str(shard) if shard else 'the whole run'}: give the same --shard, "
-                                 f"or another --out")
+            raise RunConfigError(
+                f"{self.run_dir} holds {'shard ' + before if before else 'a run made without --shard'}"
+                f", not {'shard ' + str(shard) if shard else 'the whole run'}: give the same --shard, "
+                f"or another --out"
+            )
         if merged and shard:
             raise RunConfigError(f"{self.run_dir} is a merge of shards; resume it without --shard")
         return shard
@@ -363,15 +393,23 @@ class Run:
         try:
             declared = contained("data_files", ref, lambda: list(self.task.data_files()), Deadline(LOAD_TIMEOUT_S))
         except PluginFailure as failure:
-            raise PluginError(f"task {self.config.task!r} ({ref.distribution}) could not say which data files it "
-                              f"read: {failure.cause}") from None
+            raise PluginError(
+                f"task {self.config.task!r} ({ref.distribution}) could not say which data files it "
+                f"read: {failure.cause}"
+            ) from None
         return data_hashes(declared, self.config.task_options)
 
     def _plugin_versions(self) -> dict[str, str]:
-        used = [("task", self.config.task), ("grader", self.grader_name), ("backend", self.backend_name),
-                *(("strategy", s) for s in self.config.strategies)]
-        versions = {"budgetbench": metadata.version("budgetbench"),
-                    self.tokenizer_plugin.distribution: self.tokenizer_plugin.version}  # resolved, maybe unregistered
+        used = [
+            ("task", self.config.task),
+            ("grader", self.grader_name),
+            ("backend", self.backend_name),
+            *(("strategy", s) for s in self.config.strategies),
+        ]
+        versions = {
+            "budgetbench": metadata.version("budgetbench"),
+            self.tokenizer_plugin.distribution: self.tokenizer_plugin.version,
+        }  # resolved, maybe unregistered
         for kind, name in used:
             plugin = self.registry.get(kind, name).plugin
             versions[plugin.distribution] = plugin.version
@@ -381,14 +419,23 @@ class Run:
         """Everything that changes the experiment (hashed into ``run_key``)."""
         c = self.config
         return {
-            "task": c.task, "task_options": json_safe_or_empty(c.task_options), "data_files": data_files,
+            "task": c.task,
+            "task_options": json_safe_or_empty(c.task_options),
+            "data_files": data_files,
             "strategies": {name: json_safe_or_empty(c.strategy_params.get(name, {})) for name in sorted(c.strategies)},
-            "budgets": sorted(c.budgets), "repeats": c.repeats, "limit": c.limit,
-            "model": c.model, "api_base": c.api_base,
+            "budgets": sorted(c.budgets),
+            "repeats": c.repeats,
+            "limit": c.limit,
+            "model": c.model,
+            "api_base": c.api_base,
             "tokenizer": self._tokenizer_identity(tokenizer),
-            "grader": {"name": self.grader_name, "version": str(self.grader.version)}, "judge_model": c.judge_model,
-            "seed": c.seed, "temperature": c.temperature, "max_output_tokens": self.max_output_tokens,
-            "max_ingest_loss": c.max_ingest_loss, "server_prompt_cache": c.server_prompt_cache,
+            "grader": {"name": self.grader_name, "version": str(self.grader.version)},
+            "judge_model": c.judge_model,
+            "seed": c.seed,
+            "temperature": c.temperature,
+            "max_output_tokens": self.max_output_tokens,
+            "max_ingest_loss": c.max_ingest_loss,
+            "server_prompt_cache": c.server_prompt_cache,
             "versions": self._plugin_versions(),
             **({"prompts_only": True} if c.prompts_only else {}),  # absent otherwise: older keys stay valid
         }
@@ -405,38 +452,56 @@ class Run:
     def _describe_strategy(self, name: str) -> dict[str, Any]:
         strategy = self._new_strategy(name)
         try:
-            described = contained("describe", self.ref("strategy", name), strategy.describe,
-                                  Deadline(self.config.item_timeout_s))
+            described = contained(
+                "describe", self.ref("strategy", name), strategy.describe, Deadline(self.config.item_timeout_s)
+            )
         except PluginFailure as failure:
             raise PluginError(failure.cause) from None
         described = json_safe_or_empty(described)
-        return {**(described if isinstance(described, dict) else {}),
-                "distribution": self.registry.get("strategy", name).plugin.distribution}
+        return {
+            **(described if isinstance(described, dict) else {}),
+            "distribution": self.registry.get("strategy", name).plugin.distribution,
+        }
 
     def _manifest(self, tokenizer: Tokenizer, started: str, identity: dict[str, Any]) -> dict[str, Any]:
         strategies = {name: self._describe_strategy(name) for name in self.config.strategies}
-        used = {("task", self.config.task), ("grader", self.grader_name)} | {("strategy", s) for s in self.config.strategies}
+        used = {("task", self.config.task), ("grader", self.grader_name)} | {
+            ("strategy", s) for s in self.config.strategies
+        }
         return {
             "schema_version": SCHEMA_VERSION,
             "run_key": self.run_key,
             "identity": identity,
             "config": json_safe_or_empty(self.config.to_dict()),
             "started": started,
-            "versions": {"budgetbench": metadata.version("budgetbench"), "python": platform.python_version(),
-                         **self.registry.distributions()},
-            "plugins_used": {f"{kind}:{name}": {"distribution": self.registry.get(kind, name).plugin.distribution,
-                                                 "version": self.registry.get(kind, name).plugin.version}
-                             for kind, name in sorted(used)},
+            "versions": {
+                "budgetbench": metadata.version("budgetbench"),
+                "python": platform.python_version(),
+                **self.registry.distributions(),
+            },
+            "plugins_used": {
+                f"{kind}:{name}": {
+                    "distribution": self.registry.get(kind, name).plugin.distribution,
+                    "version": self.registry.get(kind, name).plugin.version,
+                }
+                for kind, name in sorted(used)
+            },
             "task": json_safe_or_empty(self.task.manifest_notes()),
             "data_files": identity["data_files"],
-            "grader": {"name": self.grader_name, "version": str(self.grader.version), "binary": bool(self.grader.binary),
-                       "judge_model": self.config.judge_model},
+            "grader": {
+                "name": self.grader_name,
+                "version": str(self.grader.version),
+                "binary": bool(self.grader.binary),
+                "judge_model": self.config.judge_model,
+            },
             "strategies": strategies,
             "model": json_safe_or_empty(self.backend.describe()),
             "judge": json_safe_or_empty(self.judge_backend.describe()) if self.judge_backend else None,
             "tokenizer": tokenizer.info.to_dict(),
-            "plugin_failures": [{"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
-                                for p in self.registry.failures],
+            "plugin_failures": [
+                {"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
+                for p in self.registry.failures
+            ],
             "git_commit": _git_commit(),
             "host": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
         }
@@ -451,8 +516,13 @@ class Run:
                 foreign[key] += 1
                 continue
             if event.get("event") in TERMINAL_EVENTS:
-                cell = (event["task"], event["strategy"], int(event["budget"]), int(event["repeat"]),
-                        str(event["item_id"]))
+                cell = (
+                    event["task"],
+                    event["strategy"],
+                    int(event["budget"]),
+                    int(event["repeat"]),
+                    str(event["item_id"]),
+                )
                 done[cell] = event["event"]
         if manifest and manifest.get("run_key") not in (None, self.run_key) and not foreign:
             foreign[manifest["run_key"]] = 0
@@ -468,8 +538,9 @@ class Run:
     # ----------------------------------------------------------------- one cell
 
     def _cell_key(self, strategy_name: str, item: Item, budget: int, repeat: int) -> CellKey:
-        return CellKey(self.config.task, strategy_name, budget, repeat, item.id, item.category, self.run_key,
-                       self.tokenizer_info)
+        return CellKey(
+            self.config.task, strategy_name, budget, repeat, item.id, item.category, self.run_key, self.tokenizer_info
+        )
 
     def _tally(self, kind: str, row: dict[str, Any] | None = None) -> None:
         with self._stats_lock:
@@ -479,10 +550,21 @@ class Run:
 
     def _strategy_cause(self, name: str, item: Item, failure: PluginFailure) -> str:
         detail = describe_exception(failure.original) if failure.original is not None else failure.cause
-        return f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
+        return (
+            f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
+        )
 
-    def build_prompt(self, cell: CellLog, strategy: MemoryStrategy, item: Item, view: Item, budget: int,
-                     context: StrategyContext, deadline: Deadline, call: int = 0) -> Gated | None:
+    def build_prompt(
+        self,
+        cell: CellLog,
+        strategy: MemoryStrategy,
+        item: Item,
+        view: Item,
+        budget: int,
+        context: StrategyContext,
+        deadline: Deadline,
+        call: int = 0,
+    ) -> Gated | None:
         """Ask the strategy for a prompt, canonicalise, validate, count and audit it.
 
         Returns the gated prompt when it may be sent; otherwise writes the cell's terminal
@@ -511,38 +593,72 @@ class Run:
                 self._discard_strategy(name)
             original = failure.original
             if isinstance(original, AuxiliaryBudgetError):
-                cell.finish(Violation, phase="auxiliary", prompt_tokens=original.prompt_tokens,
-                            cause=describe_exception(original), plugin=name, strategy_s=strategy_s)
+                cell.finish(
+                    Violation,
+                    phase="auxiliary",
+                    prompt_tokens=original.prompt_tokens,
+                    cause=describe_exception(original),
+                    plugin=name,
+                    strategy_s=strategy_s,
+                )
                 return None
             phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
             if failure.timed_out and isinstance(strategy, MemorySystemStrategy) and strategy.current_phase:
                 phase = strategy.current_phase  # hung in ingest or retrieve
-            cell.finish(Error, phase=phase, plugin=name, distribution=failure.plugin.distribution,
-                        cause=self._strategy_cause(name, item, failure), strategy_s=strategy_s)
+            cell.finish(
+                Error,
+                phase=phase,
+                plugin=name,
+                distribution=failure.plugin.distribution,
+                cause=self._strategy_cause(name, item, failure),
+                strategy_s=strategy_s,
+            )
             return None
         strategy_s = time.perf_counter() - started
         cell.strategy_s = strategy_s
         try:
-            gated = contained("counting", self.tokenizer_ref, lambda: gate(prompt, budget, self.counter),
-                              Deadline.within(self.config.item_timeout_s, None))
+            gated = contained(
+                "counting",
+                self.tokenizer_ref,
+                lambda: gate(prompt, budget, self.counter),
+                Deadline.within(self.config.item_timeout_s, None),
+            )
         except PluginFailure as failure:
             cell.close()
-            cell.finish(Error, phase="counting", plugin=self.tokenizer_ref.name,
-                        distribution=self.tokenizer_ref.distribution, strategy_s=strategy_s,
-                        cause=f"token counting failed: {failure.cause}")
+            cell.finish(
+                Error,
+                phase="counting",
+                plugin=self.tokenizer_ref.name,
+                distribution=self.tokenizer_ref.distribution,
+                strategy_s=strategy_s,
+                cause=f"token counting failed: {failure.cause}",
+            )
             return None
         cell.evidence = evidence_outcome(self.evidence.get(item.id, ()), gated.prompt)
-        cell.emit(PromptAudit, call=call, prompt_hash=gated.prompt_hash, prompt_tokens=gated.tokens,
-                  messages=gated.messages(), metadata_dropped=dropped, strategy_audit=audit if isinstance(audit, dict) else {},
-                  evidence=cell.evidence)
+        cell.emit(
+            PromptAudit,
+            call=call,
+            prompt_hash=gated.prompt_hash,
+            prompt_tokens=gated.tokens,
+            messages=gated.messages(),
+            metadata_dropped=dropped,
+            strategy_audit=audit if isinstance(audit, dict) else {},
+            evidence=cell.evidence,
+        )
         if not gated.admitted:
             cell.close()
             cell.finish(Violation, phase="prompt", prompt_tokens=gated.tokens, strategy_s=strategy_s, plugin=name)
             return None
         if cell.served_violation:
             cell.close()
-            cell.finish(Violation, phase="served", prompt_tokens=gated.tokens, cause=cell.served_violation,
-                        strategy_s=strategy_s, plugin=name)
+            cell.finish(
+                Violation,
+                phase="served",
+                prompt_tokens=gated.tokens,
+                cause=cell.served_violation,
+                strategy_s=strategy_s,
+                plugin=name,
+            )
             return None
         return gated
 
@@ -553,17 +669,30 @@ class Run:
         try:
             outcome = self.caller.call(gated.prompt, params)
         except CallFailed as exc:
-            cell.finish(Error, phase="model", cause=str(exc), attempts=exc.attempts, prompt_tokens=gated.tokens,
-                        plugin=self.backend_name, strategy_s=strategy_s)
+            cell.finish(
+                Error,
+                phase="model",
+                cause=str(exc),
+                attempts=exc.attempts,
+                prompt_tokens=gated.tokens,
+                plugin=self.backend_name,
+                strategy_s=strategy_s,
+            )
             return None
         for warning in outcome.warnings:
             cell.emit(Warning, kind="cache_corrupt", detail=warning)
         completion = outcome.completion
         if served_over_budget(completion.prompt_tokens, gated.budget):
-            cell.finish(Violation, phase="served", prompt_tokens=gated.tokens,
-                        served_prompt_tokens=completion.prompt_tokens, completion=completion.text,
-                        cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
-                              f"{gated.budget} (we counted {gated.tokens})", strategy_s=strategy_s)
+            cell.finish(
+                Violation,
+                phase="served",
+                prompt_tokens=gated.tokens,
+                served_prompt_tokens=completion.prompt_tokens,
+                completion=completion.text,
+                cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
+                f"{gated.budget} (we counted {gated.tokens})",
+                strategy_s=strategy_s,
+            )
             return None
         return outcome
 
@@ -571,19 +700,36 @@ class Run:
         """Extract the prediction and grade it; writes the terminal row."""
         completion = outcome.completion
         strategy_s = cell.strategy_s
-        failed = dict(completion=completion.text, prompt_tokens=gated.tokens,
-                      served_prompt_tokens=completion.prompt_tokens, strategy_s=strategy_s)
+        failed = dict(
+            completion=completion.text,
+            prompt_tokens=gated.tokens,
+            served_prompt_tokens=completion.prompt_tokens,
+            strategy_s=strategy_s,
+        )
         task_ref = self.ref("task", self.config.task)
         try:
-            prediction = contained("extract", task_ref, lambda: self.task.extract_prediction(item, completion.text),
-                                   Deadline(self.config.item_timeout_s))
+            prediction = contained(
+                "extract",
+                task_ref,
+                lambda: self.task.extract_prediction(item, completion.text),
+                Deadline(self.config.item_timeout_s),
+            )
             if not isinstance(prediction, str):
-                raise PluginFailure("extract", task_ref, f"task {self.config.task!r} extract_prediction returned "
-                                                         f"{type(prediction).__name__}, not str")
+                raise PluginFailure(
+                    "extract",
+                    task_ref,
+                    f"task {self.config.task!r} extract_prediction returned {type(prediction).__name__}, not str",
+                )
             prediction = str.__str__(prediction)
         except PluginFailure as failure:
-            cell.finish(Error, phase="extract", plugin=self.config.task, distribution=task_ref.distribution,
-                        cause=f"extracting the prediction failed: {failure.cause}", **failed)
+            cell.finish(
+                Error,
+                phase="extract",
+                plugin=self.config.task,
+                distribution=task_ref.distribution,
+                cause=f"extracting the prediction failed: {failure.cause}",
+                **failed,
+            )
             return
         grader_ref = self.ref("grader", self.grader_name)
 
@@ -598,22 +744,39 @@ class Run:
             return quality, json_safe_or_empty(verdict.detail)
 
         try:
-            quality, detail = contained("grading", grader_ref, grade, Deadline(max(self.config.item_timeout_s,
-                                                                                    self.config.timeout_s * 4)))
+            quality, detail = contained(
+                "grading", grader_ref, grade, Deadline(max(self.config.item_timeout_s, self.config.timeout_s * 4))
+            )
         except PluginFailure as failure:
-            cell.finish(Error, phase="grading", plugin=self.grader_name, distribution=grader_ref.distribution,
-                        cause=f"grading failed: {failure.cause}", **failed)
+            cell.finish(
+                Error,
+                phase="grading",
+                plugin=self.grader_name,
+                distribution=grader_ref.distribution,
+                cause=f"grading failed: {failure.cause}",
+                **failed,
+            )
             return
         served = completion.prompt_tokens
         cell.finish(
-            Result, prediction=prediction, completion=completion.text, answer=json_safe_or_empty(item.answer),
-            quality=quality, verdict=detail if isinstance(detail, dict) else {},
+            Result,
+            prediction=prediction,
+            completion=completion.text,
+            answer=json_safe_or_empty(item.answer),
+            quality=quality,
+            verdict=detail if isinstance(detail, dict) else {},
             grader={"name": self.grader_name, "version": str(self.grader.version)},
-            prompt_tokens=gated.tokens, served_prompt_tokens=served, served_cached_tokens=completion.cached_tokens,
+            prompt_tokens=gated.tokens,
+            served_prompt_tokens=served,
+            served_cached_tokens=completion.cached_tokens,
             served_count_matches=None if served is None else served == gated.tokens,
-            completion_tokens=completion.completion_tokens, utilisation=gated.tokens / gated.budget,
+            completion_tokens=completion.completion_tokens,
+            utilisation=gated.tokens / gated.budget,
             latency_s=completion.latency_s,
-            strategy_s=strategy_s, cost=completion.cost, attempts=outcome.attempts, cached=outcome.cached,
+            strategy_s=strategy_s,
+            cost=completion.cost,
+            attempts=outcome.attempts,
+            cached=outcome.cached,
         )
 
     def run_cell(self, strategy_name: str, item: Item, view: Item, budget: int, repeat: int) -> None:
@@ -628,18 +791,31 @@ class Run:
         cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
         deadline = Deadline(self.config.item_timeout_s)
         channel: Callable[[Sequence[Message], int, str], str] = (
-            _no_model_calls if self.config.prompts_only
-            else AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline))
-        context = StrategyContext(item=view, budget=budget, counter=self.counter, seed=self.config.seed + repeat,
-                                  run_dir=self.run_dir, complete=channel)
+            _no_model_calls
+            if self.config.prompts_only
+            else AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)
+        )
+        context = StrategyContext(
+            item=view,
+            budget=budget,
+            counter=self.counter,
+            seed=self.config.seed + repeat,
+            run_dir=self.run_dir,
+            complete=channel,
+        )
         try:
             gated = self.build_prompt(cell, self._strategy(strategy_name), item, view, budget, context, deadline)
             if gated is None:
                 return
             cell.close()  # the strategy's part is over: its channel takes no more calls
             if self.config.prompts_only:
-                cell.finish(Admitted, prompt_tokens=gated.tokens, prompt_hash=gated.prompt_hash,
-                            utilisation=gated.tokens / gated.budget, strategy_s=cell.strategy_s)
+                cell.finish(
+                    Admitted,
+                    prompt_tokens=gated.tokens,
+                    prompt_hash=gated.prompt_hash,
+                    utilisation=gated.tokens / gated.budget,
+                    strategy_s=cell.strategy_s,
+                )
                 return
             outcome = self.send(cell, gated, repeat)
             if outcome is None:
@@ -696,15 +872,21 @@ class Run:
         item, view = unit.item, private_copy(unit.item)
         strategy = self._strategy(unit.strategy)
         try:
-            contained("reset", self.ref("strategy", unit.strategy), strategy.reset,
-                      Deadline(self.config.item_timeout_s))
+            contained(
+                "reset", self.ref("strategy", unit.strategy), strategy.reset, Deadline(self.config.item_timeout_s)
+            )
         except PluginFailure as failure:
             self._discard_strategy(unit.strategy)
             for budget, repeat in unit.todo:
                 cell = CellLog(self.log, self._cell_key(unit.strategy, item, budget, repeat), self._tally)
-                cell.finish(Error, phase="reset", plugin=unit.strategy, distribution=failure.plugin.distribution,
-                            cause=f"strategy {unit.strategy!r} reset failed before item {item.id!r}: "
-                                  f"{describe_exception(failure.original) if failure.original else failure.cause}")
+                cell.finish(
+                    Error,
+                    phase="reset",
+                    plugin=unit.strategy,
+                    distribution=failure.plugin.distribution,
+                    cause=f"strategy {unit.strategy!r} reset failed before item {item.id!r}: "
+                    f"{describe_exception(failure.original) if failure.original else failure.cause}",
+                )
                 progress(unit.strategy, 1)
             return
         for budget, repeat in unit.todo:
@@ -726,17 +908,21 @@ class Run:
         prompt = canonical_prompt(list(messages))
         return self.judge_caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self.config.seed)).completion.text
 
-    def execute(self, progress: Callable[[str, int], None] | None = None,
-                on_start: Callable[[int, dict[str, int]], None] | None = None,
-                on_cell: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
+    def execute(
+        self,
+        progress: Callable[[str, int], None] | None = None,
+        on_start: Callable[[int, dict[str, int]], None] | None = None,
+        on_cell: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunSummary:
         """``progress(strategy, n)``: n cells done or found done; ``on_cell(row)``: a cell's terminal row."""
         self.on_cell = on_cell
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.run_dir):
             return self._execute(progress, on_start)
 
-    def _execute(self, progress: Callable[[str, int], None] | None,
-                 on_start: Callable[[int, dict[str, int]], None] | None) -> RunSummary:
+    def _execute(
+        self, progress: Callable[[str, int], None] | None, on_start: Callable[[int, dict[str, int]], None] | None
+    ) -> RunSummary:
         progress = progress or (lambda name, n: None)
         started_clock = time.perf_counter()
         previous = read_manifest(self.run_dir)
@@ -783,18 +969,38 @@ class Run:
             invoked = now()
             manifest = self._manifest(tokenizer, (previous or {}).get("started", invoked), identity)
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
-            manifest["invocations"] = [*(previous or {}).get("invocations", []),
-                                       {"started": invoked, "finished": None, "calls_made": None}]
+            manifest["invocations"] = [
+                *(previous or {}).get("invocations", []),
+                {"started": invoked, "finished": None, "calls_made": None},
+            ]
             write_json_atomic(self.run_dir / "manifest.json", manifest)
             cache = self.cache = ResponseCache(self.run_dir / "cache.sqlite")
             backend_ref = self.ref("backend", self.backend_name)
-            self.caller = ModelCaller(self.backend, cache, self.config.max_concurrency, self.config.retries,
-                                      timeout_s=self.config.timeout_s, plugin=backend_ref, fail_fast=self.fail_fast)
-            self.judge_caller = (ModelCaller(self.judge_backend, cache, self.config.max_concurrency, self.config.retries,
-                                             timeout_s=self.config.timeout_s, fail_fast=self.fail_fast,
-                                             plugin=self.ref("backend", self.judge_backend.name))
-                                 if self.judge_backend else self.caller)
-            self.grading_context = GradingContext(judge=self._judge, judge_model=self.config.judge_model or self.config.model)
+            self.caller = ModelCaller(
+                self.backend,
+                cache,
+                self.config.max_concurrency,
+                self.config.retries,
+                timeout_s=self.config.timeout_s,
+                plugin=backend_ref,
+                fail_fast=self.fail_fast,
+            )
+            self.judge_caller = (
+                ModelCaller(
+                    self.judge_backend,
+                    cache,
+                    self.config.max_concurrency,
+                    self.config.retries,
+                    timeout_s=self.config.timeout_s,
+                    fail_fast=self.fail_fast,
+                    plugin=self.ref("backend", self.judge_backend.name),
+                )
+                if self.judge_backend
+                else self.caller
+            )
+            self.grading_context = GradingContext(
+                judge=self._judge, judge_model=self.config.judge_model or self.config.model
+            )
             items = itertools.chain([first] if wanted(first.id) else [], stream)
             job = RunJob(self, self.form_units(items, done, shard), progress)
             try:
@@ -805,30 +1011,52 @@ class Run:
             finally:
                 cache.close()
                 self.log.close()
-                calls = (self.caller.calls_made + (self.judge_caller.calls_made if self.judge_backend else 0)
-                         + job.remote_calls)
-                manifest["invocations"][-1] = {"started": invoked, "finished": None if self._stop.is_set() else now(),
-                                               "calls_made": calls}
+                calls = (
+                    self.caller.calls_made
+                    + (self.judge_caller.calls_made if self.judge_backend else 0)
+                    + job.remote_calls
+                )
+                manifest["invocations"][-1] = {
+                    "started": invoked,
+                    "finished": None if self._stop.is_set() else now(),
+                    "calls_made": calls,
+                }
                 manifest["calls_made"] = sum(i["calls_made"] or 0 for i in manifest["invocations"])
-                manifest["selected_items"] = {self.config.task: {"count": len(self.selected_ids),
-                                                                 "ids": self.selected_ids,
-                                                                 "complete": not self._stop.is_set()}}
+                manifest["selected_items"] = {
+                    self.config.task: {
+                        "count": len(self.selected_ids),
+                        "ids": self.selected_ids,
+                        "complete": not self._stop.is_set(),
+                    }
+                }
                 write_json_atomic(self.run_dir / "manifest.json", manifest)
         finally:
             self.backend.stop()
             if self.judge_backend:
                 self.judge_backend.stop()
-        return RunSummary(self.run_dir, sum(self.cells_total.values()), self.stats["cells_skipped"], self.stats["results"],
-                          self.stats["violations"], self.stats["errors"], manifest["invocations"][-1]["calls_made"],
-                          time.perf_counter() - started_clock, self.stats["admitteds"],
-                          stopped=self.fail_fast.cause, stopped_fatal=self.fail_fast.fatal)
+        return RunSummary(
+            self.run_dir,
+            sum(self.cells_total.values()),
+            self.stats["cells_skipped"],
+            self.stats["results"],
+            self.stats["violations"],
+            self.stats["errors"],
+            manifest["invocations"][-1]["calls_made"],
+            time.perf_counter() - started_clock,
+            self.stats["admitteds"],
+            stopped=self.fail_fast.cause,
+            stopped_fatal=self.fail_fast.fatal,
+        )
 
 
 def normalised(config: RunConfig) -> RunConfig:
     """``config`` with duplicate budgets and strategies removed (first occurrence kept): a
     cell is never run twice in one command."""
-    return replace(config, budgets=list(dict.fromkeys(int(b) for b in config.budgets)),
-                   strategies=list(dict.fromkeys(config.strategies)))
+    return replace(
+        config,
+        budgets=list(dict.fromkeys(int(b) for b in config.budgets)),
+        strategies=list(dict.fromkeys(config.strategies)),
+    )
 
 
 def run(config: RunConfig, registry: Registry | None = None, **callbacks: Any) -> RunSummary:

@@ -53,8 +53,9 @@ class PluginRef:
 class PluginFailure(Exception):
     """Plugin code raised (anything) or missed its deadline. ``cause`` is ready for an error row."""
 
-    def __init__(self, phase: str, plugin: PluginRef, cause: str, timed_out: bool = False,
-                 original: BaseException | None = None) -> None:
+    def __init__(
+        self, phase: str, plugin: PluginRef, cause: str, timed_out: bool = False, original: BaseException | None = None
+    ) -> None:
         super().__init__(cause)
         self.phase = phase
         self.plugin = plugin
@@ -179,20 +180,23 @@ def contained(phase: str, plugin: PluginRef, function: Callable[[], T], deadline
     """
     box, done = _Worker.run(function, phase)
     if not done.wait(deadline.remaining()):
-        raise PluginFailure(phase, plugin, f"{plugin.describe()} did not return within "
-                                           f"{deadline.seconds:g} s ({phase})", timed_out=True)
+        raise PluginFailure(
+            phase, plugin, f"{plugin.describe()} did not return within {deadline.seconds:g} s ({phase})", timed_out=True
+        )
     if "error" in box:
         error = box["error"]
         if isinstance(error, PluginFailure):
             raise error
         if isinstance(error, PhaseError):
             phase, error = error.phase, error.original
-        raise PluginFailure(phase, plugin, f"{plugin.describe()} failed in {phase}: {describe_exception(error)}",
-                            original=error)
+        raise PluginFailure(
+            phase, plugin, f"{plugin.describe()} failed in {phase}: {describe_exception(error)}", original=error
+        )
     return box["value"]
 
 
 # ----------------------------------------------------------------- JSON-safe copies
+
 
 def json_safe(value: Any, dropped: list[str] | None = None, path: str = "$") -> Any:
     """A copy of ``value`` made only of exact dict/list/str/int/float/bool/None.
@@ -266,6 +270,7 @@ def json_safe_or_empty(value: Any, dropped: list[str] | None = None) -> Any:
 
 # ----------------------------------------------------------------- the canonical prompt
 
+
 def canonical_message(value: Any, where: str, dropped: list[str] | None = None) -> Message:
     """A plain core ``Message`` rebuilt from the fields stored on ``value`` (a Message or a
     subclass); properties and overridden methods of a subclass are never consulted."""
@@ -279,8 +284,9 @@ def canonical_message(value: Any, where: str, dropped: list[str] | None = None) 
         raise PromptError(f"{where} has no plain stored fields")
     role, content, metadata = fields.get("role"), fields.get("content"), fields.get("metadata")
     if not isinstance(role, str) or not isinstance(content, str):
-        raise PromptError(f"{where}: role and content must be str, got {type(role).__name__} and "
-                          f"{type(content).__name__}")
+        raise PromptError(
+            f"{where}: role and content must be str, got {type(role).__name__} and {type(content).__name__}"
+        )
     role, content = str.__str__(role), str.__str__(content)
     if role not in ROLES:
         raise PromptError(f"{where} has unknown role {role!r}; allowed: {list(ROLES)}")
@@ -355,8 +361,14 @@ def fingerprint(messages: Any) -> tuple:
     for entry in tuple(messages):
         fields = object.__getattribute__(entry, "__dict__") if isinstance(entry, Message) else {}
         role, content = fields.get("role"), fields.get("content")
-        out.append((type(entry) is Message, type(role) is str and role, type(content) is str and content,
-                    _metadata_signature(fields.get("metadata"))))
+        out.append(
+            (
+                type(entry) is Message,
+                type(role) is str and role,
+                type(content) is str and content,
+                _metadata_signature(fields.get("metadata")),
+            )
+        )
     return tuple(out)
 
 
@@ -373,5 +385,9 @@ def private_copy(item: Item) -> Item:
     def copy(message: Message) -> Message:
         return Message(message.role, message.content, message.metadata)
 
-    return replace(item, history=tuple(map(copy, item.history)), query=copy(item.query),
-                   system=copy(item.system) if item.system is not None else None)
+    return replace(
+        item,
+        history=tuple(map(copy, item.history)),
+        query=copy(item.query),
+        system=copy(item.system) if item.system is not None else None,
+    )

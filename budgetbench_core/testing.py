@@ -71,15 +71,33 @@ Factory = Callable[[], "MemoryStrategy | MemorySystem"]
 ModelCall = Callable[[list[Message], int], str]
 
 SYSTEM = "You are a helpful assistant with a long memory. Answer the last question in a few words."
-_TOPICS = ["my garden", "the train to work", "a birthday present", "our flat's heating", "a recipe for soup",
-           "the football match", "my tax return", "learning Portuguese", "the new laptop", "a hiking trip"]
+_TOPICS = [
+    "my garden",
+    "the train to work",
+    "a birthday present",
+    "our flat's heating",
+    "a recipe for soup",
+    "the football match",
+    "my tax return",
+    "learning Portuguese",
+    "the new laptop",
+    "a hiking trip",
+]
 _NAMES = ["Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro"]
-_UNICODE = ["Привет, как дела? Я переехал в Казань.", "東京の天気はどうですか。明日は雨です。",
-            "مرحبا، أين أقرب صيدلية؟", "Ça coûte 12,50 € — trop cher ! 🍕🚲", "ελληνικά: καλημέρα σας",
-            "हिंदी में एक वाक्य लिखिए।", "Emoji run: 👩‍👩‍👧‍👦🏳️‍🌈🤖✨", "Zero\u200bwidth and tabs\tand\nnewlines"]
+_UNICODE = [
+    "Привет, как дела? Я переехал в Казань.",
+    "東京の天気はどうですか。明日は雨です。",
+    "مرحبا، أين أقرب صيدلية؟",
+    "Ça coûte 12,50 € — trop cher ! 🍕🚲",
+    "ελληνικά: καλημέρα σας",
+    "हिंदी में एक वाक्य लिखिए।",
+    "Emoji run: 👩‍👩‍👧‍👦🏳️‍🌈🤖✨",
+    "Zero\u200bwidth and tabs\tand\nnewlines",
+]
 
 
 # ----------------------------------------------------------------- standard items
+
 
 def _session(rng: random.Random, index: int, day: int, turns: int, long_turn: str | None = None) -> list[Message]:
     meta = {"session_id": f"s{index:03d}", "timestamp": f"2024-03-{day:02d}"}
@@ -121,14 +139,21 @@ def standard_items(seed: int = 0) -> list[Item]:
         Item("kit-empty", (), query("What did I tell you yesterday?"), "unknown", system, "edge"),
         Item("kit-short", history(2), query("Who said it took the longest?"), "unknown", system, "short"),
         Item("kit-long", history(24), query("What did Greta say about my garden?"), "unknown", system, "long"),
-        Item("kit-giant", history(5, giant_at=2), query("What does the inventory list on line 7?"), "unknown",
-             system, "giant-message"),
+        Item(
+            "kit-giant",
+            history(5, giant_at=2),
+            query("What does the inventory list on line 7?"),
+            "unknown",
+            system,
+            "giant-message",
+        ),
         Item("kit-unicode", unicode_history, query("Где я живу сейчас? 🤔"), "Казань", system, "unicode"),
         Item("kit-no-system", history(9), query("What did Hiro say about the laptop?"), "unknown", None, "no-system"),
     ]
 
 
 # ----------------------------------------------------------------- results
+
 
 @dataclass
 class CheckResult:
@@ -175,8 +200,11 @@ def _fingerprint(messages: Sequence[Message]) -> tuple:
 
 def _item_fingerprint(item: Item) -> tuple:
     head = [item.system] if item.system is not None else []
-    return (item.id, _fingerprint([*head, *item.history, item.query]),
-            json.dumps(dict(item.metadata), sort_keys=True, default=str))
+    return (
+        item.id,
+        _fingerprint([*head, *item.history, item.query]),
+        json.dumps(dict(item.metadata), sort_keys=True, default=str),
+    )
 
 
 def _describe_error(exc: BaseException) -> str:
@@ -192,6 +220,7 @@ class _Cell:
 
 # ----------------------------------------------------------------- the kit
 
+
 class ConformanceKit:
     """Runs the checks with one exact counter and (optionally) one model for auxiliary calls.
 
@@ -199,8 +228,14 @@ class ConformanceKit:
     returns an instance (``functools.partial(MyStrategy, top_k=3)``).
     """
 
-    def __init__(self, counter: PromptCounter, model: ModelCall | None = None,
-                 budgets: Sequence[int] = STANDARD_BUDGETS, items: Sequence[Item] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        counter: PromptCounter,
+        model: ModelCall | None = None,
+        budgets: Sequence[int] = STANDARD_BUDGETS,
+        items: Sequence[Item] | None = None,
+        seed: int = 0,
+    ) -> None:
         self.counter = counter
         self.model = model
         self.budgets = tuple(budgets)
@@ -217,7 +252,8 @@ class ConformanceKit:
             if not gated.admitted:
                 raise AuxiliaryBudgetError(
                     f"auxiliary call {purpose!r} has {gated.tokens} prompt tokens, over the budget of {budget}",
-                    gated.tokens)
+                    gated.tokens,
+                )
             if self.model is None:
                 raise RuntimeError("this conformance kit has no model for auxiliary calls")
             key = (tuple((m.role, m.content) for m in gated.prompt), max_tokens)
@@ -247,16 +283,27 @@ class ConformanceKit:
                     cell = cells[(item.id, budget)] = _Cell()
                     before = _item_fingerprint(item)
                     history = list(item.history)
-                    context = StrategyContext(item=item, budget=budget, counter=self.counter,
-                                              complete=self._complete(budget), seed=self.seed, run_dir=Path(run_dir))
+                    context = StrategyContext(
+                        item=item,
+                        budget=budget,
+                        counter=self.counter,
+                        complete=self._complete(budget),
+                        seed=self.seed,
+                        run_dir=Path(run_dir),
+                    )
                     try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
-                        cell.prompt = contained("strategy", PluginRef("strategy", str(getattr(strategy, "name", "?"))),
-                                                # bound now: a call that outlives its deadline keeps its own cell
-                                                functools.partial(strategy.apply, history, budget, context),
-                                                Deadline(KIT_TIMEOUT_S))
+                        cell.prompt = contained(
+                            "strategy",
+                            PluginRef("strategy", str(getattr(strategy, "name", "?"))),
+                            # bound now: a call that outlives its deadline keeps its own cell
+                            functools.partial(strategy.apply, history, budget, context),
+                            Deadline(KIT_TIMEOUT_S),
+                        )
                     except PluginFailure as failure:
                         cell.error = failure.original if failure.original is not None else failure
-                    cell.mutated = _fingerprint(history) != _fingerprint(item.history) or before != _item_fingerprint(item)
+                    cell.mutated = _fingerprint(history) != _fingerprint(item.history) or before != _item_fingerprint(
+                        item
+                    )
         return cells
 
     # ------------------------------------------------------------- checks
@@ -301,8 +348,12 @@ class ConformanceKit:
 
     def check_budget(self, cells: dict[tuple[str, int], _Cell], enforces_budget: bool = True) -> CheckResult:
         if not enforces_budget:
-            return CheckResult("budget", "skip", "declares enforces_budget = False (a ceiling arm: the runner "
-                                                 "records its over-budget cells as violations)")
+            return CheckResult(
+                "budget",
+                "skip",
+                "declares enforces_budget = False (a ceiling arm: the runner "
+                "records its over-budget cells as violations)",
+            )
         problems = []
         checked = 0
         worst = 0.0
@@ -320,24 +371,36 @@ class ConformanceKit:
             worst = max(worst, tokens / budget)
         if not checked and not problems:
             return CheckResult("budget", "skip", "no valid prompt to count")
-        return self._result("budget", problems,
-                            f"{checked} prompts within budget (max utilisation {worst:.2f}), {self.counter.info.id}")
+        return self._result(
+            "budget", problems, f"{checked} prompts within budget (max utilisation {worst:.2f}), {self.counter.info.id}"
+        )
 
     def check_no_mutation(self, cells: dict[tuple[str, int], _Cell]) -> CheckResult:
         problems = [f"{item_id}@{budget}" for (item_id, budget), cell in cells.items() if cell.mutated]
-        return self._result("no-mutation", problems and [f"history or item changed by apply: {', '.join(problems)}"],
-                            "history and items unchanged")
+        return self._result(
+            "no-mutation",
+            problems and [f"history or item changed by apply: {', '.join(problems)}"],
+            "history and items unchanged",
+        )
 
     def check_deterministic(self, first: dict, second: dict) -> CheckResult:
         problems = [f"{key[0]}@{key[1]}" for key in first if not self._same(first[key], second[key])]
-        return self._result("deterministic", problems and [f"different prompts under the same seed: {', '.join(problems)}"],
-                            f"same prompts under seed {self.seed}")
+        return self._result(
+            "deterministic",
+            problems and [f"different prompts under the same seed: {', '.join(problems)}"],
+            f"same prompts under seed {self.seed}",
+        )
 
     def check_reset(self, reference: dict, after_reset: dict) -> CheckResult:
         problems = [f"{key[0]}@{key[1]}" for key in reference if not self._same(reference[key], after_reset[key])]
-        return self._result("reset", problems and [
-            f"after reset() the prompts differ from a fresh instance's (state leaked across items): {', '.join(problems)}"],
-            "reset() forgets the previous item")
+        return self._result(
+            "reset",
+            problems
+            and [
+                f"after reset() the prompts differ from a fresh instance's (state leaked across items): {', '.join(problems)}"
+            ],
+            "reset() forgets the previous item",
+        )
 
     def check_ingest_failures(self, factory: Factory) -> CheckResult:
         """Ingest an item whose second session cannot be read: it must be reported, not raised or lost."""
@@ -350,14 +413,23 @@ class ConformanceKit:
         given = list(sessions)
         given[1] = unreadable_session(bad)
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
-            context = StrategyContext(item=item, budget=max(self.budgets), counter=self.counter,
-                                      complete=self._complete(max(self.budgets)), seed=self.seed, run_dir=Path(run_dir))
+            context = StrategyContext(
+                item=item,
+                budget=max(self.budgets),
+                counter=self.counter,
+                complete=self._complete(max(self.budgets)),
+                seed=self.seed,
+                run_dir=Path(run_dir),
+            )
             system.reset()
             try:
                 report = system.ingest(given, context)
             except Exception as exc:
-                return CheckResult("ingest-failures", "fail",
-                                   f"ingest raised instead of reporting the failed session: {_describe_error(exc)}")
+                return CheckResult(
+                    "ingest-failures",
+                    "fail",
+                    f"ingest raised instead of reporting the failed session: {_describe_error(exc)}",
+                )
         if not isinstance(report, IngestReport):
             return CheckResult("ingest-failures", "fail", f"ingest returned {type(report).__name__}, not IngestReport")
         problems = []
@@ -371,8 +443,11 @@ class ConformanceKit:
             problems.append(f"failures name unknown sessions {sorted(failed - ids)}")
         if any(not isinstance(f.cause, str) or not f.cause.strip() for f in report.failures):
             problems.append("a failure has no cause")
-        return self._result("ingest-failures", problems,
-                            f"{len(report.failures)} of {report.sessions} sessions reported failed, with causes")
+        return self._result(
+            "ingest-failures",
+            problems,
+            f"{len(report.failures)} of {report.sessions} sessions reported failed, with causes",
+        )
 
     # ------------------------------------------------------------- driver
 
@@ -388,9 +463,13 @@ class ConformanceKit:
         first = self._pass(factory, self.items)
         second = self._pass(factory, self.items)
         enforces = getattr(probe, "enforces_budget", True)  # memory systems: the harness fills
-        results = [declared, self.check_valid_output(first), self.check_budget(first, enforces),
-                   self.check_no_mutation(first),
-                   self.check_deterministic(first, second)]
+        results = [
+            declared,
+            self.check_valid_output(first),
+            self.check_budget(first, enforces),
+            self.check_no_mutation(first),
+            self.check_deterministic(first, second),
+        ]
         if results[-1].status == "pass":
             results.append(self.check_reset(first, self._pass(factory, list(reversed(self.items)))))
         else:
@@ -428,10 +507,16 @@ class ConformanceKit:
 
 # ----------------------------------------------------------------- building a kit
 
+
 @contextlib.contextmanager
-def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str | None = None,
-             budgets: Sequence[int] = STANDARD_BUDGETS, seed: int = 0,
-             timeout_s: float = 600.0) -> Iterator[ConformanceKit]:
+def open_kit(
+    model: str = "local",
+    tokenizer: str | None = None,
+    api_base: str | None = None,
+    budgets: Sequence[int] = STANDARD_BUDGETS,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+) -> Iterator[ConformanceKit]:
     """A kit on a started backend: ``model`` as in ``budgetbench run`` (default the embedded
     model), ``tokenizer`` a spec (default the backend's exact tokenizer). The generous
     per-call timeout is for auxiliary calls on a busy CPU."""
@@ -439,8 +524,9 @@ def open_kit(model: str = "local", tokenizer: str | None = None, api_base: str |
 
     registry = get_registry()
     backend_class = registry.resolve_backend(model).obj
-    backend: Backend = backend_class(model, api_base=api_base, max_context=max(budgets) + 512, max_concurrency=1,
-                                     timeout_s=timeout_s)
+    backend: Backend = backend_class(
+        model, api_base=api_base, max_context=max(budgets) + 512, max_concurrency=1, timeout_s=timeout_s
+    )
     backend.start()
     try:
         spec = tokenizer or backend.default_tokenizer()
@@ -470,9 +556,31 @@ from .loopback import (  # noqa: E402
 )
 
 __all__ = [
-    "EXTRA_FAULTS", "FAULTS", "NO_COMPLETION", "STANDARD_BUDGETS", "USAGE_OFFSET", "CheckResult", "ConformanceKit",
-    "FaultServer", "default_reply", "embedded_backend", "entry_point", "embedded_model_file", "tokenizer_for", "exact_counter", "invoke_cli", "messages_hash", "no_model_calls",
-    "open_kit", "registered", "registry_with", "send_json", "shared_data", "standard_items", "strategy_context", "unreadable_session",
+    "EXTRA_FAULTS",
+    "FAULTS",
+    "NO_COMPLETION",
+    "STANDARD_BUDGETS",
+    "USAGE_OFFSET",
+    "CheckResult",
+    "ConformanceKit",
+    "FaultServer",
+    "default_reply",
+    "embedded_backend",
+    "entry_point",
+    "embedded_model_file",
+    "tokenizer_for",
+    "exact_counter",
+    "invoke_cli",
+    "messages_hash",
+    "no_model_calls",
+    "open_kit",
+    "registered",
+    "registry_with",
+    "send_json",
+    "shared_data",
+    "standard_items",
+    "strategy_context",
+    "unreadable_session",
 ]
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -521,12 +629,18 @@ def no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -
     raise AssertionError(f"unexpected auxiliary model call ({purpose!r})")
 
 
-def strategy_context(item: Item, budget: int, counter: PromptCounter, run_dir: Path,
-                     complete: Callable[[Sequence[Message], int, str], str] | None = None,
-                     seed: int = 0) -> StrategyContext:
+def strategy_context(
+    item: Item,
+    budget: int,
+    counter: PromptCounter,
+    run_dir: Path,
+    complete: Callable[[Sequence[Message], int, str], str] | None = None,
+    seed: int = 0,
+) -> StrategyContext:
     """A StrategyContext as the runner builds one; ``complete`` defaults to refusing calls."""
-    return StrategyContext(item=item, budget=budget, counter=counter, complete=complete or no_model_calls,
-                           seed=seed, run_dir=Path(run_dir))
+    return StrategyContext(
+        item=item, budget=budget, counter=counter, complete=complete or no_model_calls, seed=seed, run_dir=Path(run_dir)
+    )
 
 
 def registered(kind: str, name: str) -> Any:
@@ -559,8 +673,9 @@ def entry_point(distribution: str) -> Any:
     points = [p for p in metadata.distribution(distribution).entry_points if p.group == "budgetbench"]
     expected = distribution.removeprefix("budgetbench-")
     if len(points) != 1 or points[0].name != expected:
-        raise AssertionError(f"{distribution} declares entry points {[p.name for p in points]}; "
-                             f"expected exactly one named {expected!r}")
+        raise AssertionError(
+            f"{distribution} declares entry points {[p.name for p in points]}; expected exactly one named {expected!r}"
+        )
     return points[0]
 
 

@@ -178,8 +178,9 @@ class PromptCounter:
     def estimate(self, messages: Sequence[Message]) -> int:
         return self.base + sum(self.message_tokens(m) for m in messages)
 
-    def fit(self, frame: Callable[[list[T]], list[Message]], kept: list[T], budget: int,
-            drop_index: int = 0) -> tuple[list[T], int]:
+    def fit(
+        self, frame: Callable[[list[T]], list[Message]], kept: list[T], budget: int, drop_index: int = 0
+    ) -> tuple[list[T], int]:
         """Drop messages from ``kept`` (at ``drop_index``) until ``frame(kept)`` fits exactly.
 
         Returns the kept messages and the exact count; the count may still exceed the

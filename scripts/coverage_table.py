@@ -62,8 +62,9 @@ def markdown(rows: list[dict], methods: list[dict]) -> str:
             verdicts[r["case"]].append(r["verdicts"])
     lines = ["| interval | " + " | ".join(f"n={n}" for n in SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
     for case, per_n in by_case.items():
-        cells = [f"{_pct(min(per_n[n]))} / {_pct(sum(per_n[n]) / len(per_n[n]))}" if per_n.get(n) else "–"
-                 for n in SHOWN]
+        cells = [
+            f"{_pct(min(per_n[n]))} / {_pct(sum(per_n[n]) / len(per_n[n]))}" if per_n.get(n) else "–" for n in SHOWN
+        ]
         lines.append(f"| {case} | " + " | ".join(cells) + " |")
     lines += ["", "| paired verdicts under no effect | largest share, % | distributions |", "|---|---|---|"]
     for case, rates in verdicts.items():
@@ -87,10 +88,18 @@ def main() -> None:
     rows = coverage.simulate(reps_scale=10)
     methods = coverage.graded_methods()
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    body = {"tolerances": {"coverage_floor": coverage.COVERAGE_FLOOR, "small_binary_floor": coverage.SMALL_BINARY_FLOOR,
-                           "binary_mean_band": coverage.BINARY_MEAN_BAND, "verdict_ceiling": coverage.VERDICT_CEILING},
-            "min_paired_items": stats.MIN_PAIRED_ITEMS, "pseudo_items": stats.PSEUDO,
-            "rows": rows, "graded_methods": methods}
+    body = {
+        "tolerances": {
+            "coverage_floor": coverage.COVERAGE_FLOOR,
+            "small_binary_floor": coverage.SMALL_BINARY_FLOOR,
+            "binary_mean_band": coverage.BINARY_MEAN_BAND,
+            "verdict_ceiling": coverage.VERDICT_CEILING,
+        },
+        "min_paired_items": stats.MIN_PAIRED_ITEMS,
+        "pseudo_items": stats.PSEUDO,
+        "rows": rows,
+        "graded_methods": methods,
+    }
     OUT.write_text(_dumps(_without_nan(body)), encoding="utf-8")
     sys.stdout.write(markdown(rows, methods) + "\n")
 

@@ -12,10 +12,22 @@ import pytest
 
 from budgetbench_core.runlog import final_rows, read_manifest
 
-BUILTINS = {("strategy", "truncation"), ("strategy", "full_context"), ("strategy", "recency"),
-            ("strategy", "summary_buffer"), ("strategy", "checkpoint"), ("task", "synthetic-memory"),
-            ("grader", "exact-match"), ("grader", "contains-answer"), ("backend", "litellm"), ("backend", "local"),
-            ("tokenizer", "server"), ("tokenizer", "tiktoken"), ("tokenizer", "hf"), ("tokenizer", "gguf")}
+BUILTINS = {
+    ("strategy", "truncation"),
+    ("strategy", "full_context"),
+    ("strategy", "recency"),
+    ("strategy", "summary_buffer"),
+    ("strategy", "checkpoint"),
+    ("task", "synthetic-memory"),
+    ("grader", "exact-match"),
+    ("grader", "contains-answer"),
+    ("backend", "litellm"),
+    ("backend", "local"),
+    ("tokenizer", "server"),
+    ("tokenizer", "tiktoken"),
+    ("tokenizer", "hf"),
+    ("tokenizer", "gguf"),
+}
 
 
 def budgetbench(*args, env=None, cwd=None):
@@ -70,8 +82,9 @@ def test_unknown_strategy_lists_available(tmp_path):
 
 
 def test_api_key_on_command_line_is_refused(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "--api-key", "sk-secret",
-                         "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run", "-t", "synthetic-memory", "-s", "truncation", "--api-key", "sk-secret", "-o", str(tmp_path / "r")
+    )
     assert result.returncode != 0
     assert "environment variable" in result.stderr + result.stdout
 
@@ -84,7 +97,10 @@ def test_demo_runs_exactly_and_resumes_without_calls(tmp_path):
     prompts, answered = final_rows(out / "prompts"), final_rows(out / "answered")
     strategies = {k[1] for k in prompts}
     assert {"truncation", "checkpoint", "full_context"} <= strategies
-    assert len(prompts) == 5 * len(strategies) * 3 and {r["event"] for r in prompts.values()} <= {"admitted", "violation"}
+    assert len(prompts) == 5 * len(strategies) * 3 and {r["event"] for r in prompts.values()} <= {
+        "admitted",
+        "violation",
+    }
     assert read_manifest(out / "prompts")["calls_made"] == 0  # prompts only: no model call
     assert len(answered) == 2 * len(strategies) and {k[2] for k in answered} == {512}
     admitted = [r for r in answered.values() if r["event"] == "result"]

@@ -24,11 +24,18 @@ SMALL = ["--task-option", "items=3", "--task-option", "history_tokens=300"]
 FAST = ["--tokenizer", "tiktoken:cl100k_base", "--retries", "0", "--timeout", "10"]
 
 
-def budgetbench(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-                timeout: int = 600) -> subprocess.CompletedProcess:
+def budgetbench(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("BUDGETBENCH_") and not k.endswith("_API_KEY")}
-    return subprocess.run([str(BUDGETBENCH), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})})
+    return subprocess.run(
+        [str(BUDGETBENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})},
+    )
 
 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:
@@ -48,8 +55,10 @@ def assert_refused(result: subprocess.CompletedProcess, *needles: str, run_dir: 
     return lines[0]
 
 
-UNAUTHORISED = (401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                "code": "invalid_api_key"}})
+UNAUTHORISED = (
+    401,
+    {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}},
+)
 
 
 def free_port() -> int:
@@ -64,20 +73,39 @@ def free_port() -> int:
 
 
 def test_misspelt_strategy_param_is_an_error_naming_the_accepted_ones(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "checkpoint", "--strategy-param",
-                         "checkpoint.tail_shar=0.5", "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "checkpoint",
+        "--strategy-param",
+        "checkpoint.tail_shar=0.5",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "'tail_shar'", "did you mean 'tail_share'", "accepted: tail_share", run_dir=tmp_path / "r")
 
 
 def test_misspelt_task_option_is_an_error(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "--task-option", "item=3",
-                         "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run", "-t", "synthetic-memory", "-s", "truncation", "--task-option", "item=3", "-o", str(tmp_path / "r")
+    )
     assert_refused(result, "'item'", "did you mean 'items'", "history_tokens", run_dir=tmp_path / "r")
 
 
 def test_strategy_param_for_a_strategy_not_in_the_run(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "--strategy-param",
-                         "checkpont.tail_share=0.5", "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "--strategy-param",
+        "checkpont.tail_share=0.5",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "'checkpont'", "not in this run's strategies")
 
 
@@ -99,20 +127,41 @@ def test_budgets_take_k_and_refuse_nonsense(tmp_path):
 
 
 def test_unknown_provider_is_caught_before_any_cell(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "olama_chat/qwen2.5:1.5b",
-                         "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run", "-t", "synthetic-memory", "-s", "truncation", "-m", "olama_chat/qwen2.5:1.5b", "-o", str(tmp_path / "r")
+    )
     assert_refused(result, "no provider is known", "did you mean 'ollama_chat/...'", run_dir=tmp_path / "r")
 
 
 def test_missing_openrouter_key_is_named(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m",
-                         "openrouter/qwen/qwen-2.5-7b-instruct", "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-m",
+        "openrouter/qwen/qwen-2.5-7b-instruct",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "OPENROUTER_API_KEY is not set", run_dir=tmp_path / "r")
 
 
 def test_ollama_not_running_says_how_to_start_it(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "ollama_chat/qwen2.5:1.5b",
-                         "--api-base", f"http://127.0.0.1:{free_port()}", "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-m",
+        "ollama_chat/qwen2.5:1.5b",
+        "--api-base",
+        f"http://127.0.0.1:{free_port()}",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "Ollama does not answer", "ollama serve", run_dir=tmp_path / "r")
 
 
@@ -120,11 +169,33 @@ def test_ollama_without_tokenizer_suggests_the_family_spec_and_default_tiers_fit
     tags = (200, {"models": [{"name": "qwen2.5:1.5b"}]})
     show = (200, {"model_info": {"qwen2.context_length": 32768}})
     with FaultServer(routes={"/api/tags": tags, "/api/show": show}, route_default=(404, {})) as ollama:
-        result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "ollama_chat/qwen2.5:1.5b",
-                             "--api-base", ollama.base_url, "-o", str(tmp_path / "r"))
+        result = budgetbench(
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-m",
+            "ollama_chat/qwen2.5:1.5b",
+            "--api-base",
+            ollama.base_url,
+            "-o",
+            str(tmp_path / "r"),
+        )
         assert_refused(result, "--tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct", run_dir=tmp_path / "r")
-        missing = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", "ollama_chat/llama3.1:8b",
-                              "--api-base", ollama.base_url, "-o", str(tmp_path / "r"))
+        missing = budgetbench(
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-m",
+            "ollama_chat/llama3.1:8b",
+            "--api-base",
+            ollama.base_url,
+            "-o",
+            str(tmp_path / "r"),
+        )
         assert_refused(missing, "has no model 'llama3.1:8b'", "ollama pull llama3.1:8b")
         assert ollama.completions() == 0
 
@@ -133,15 +204,25 @@ def test_tokenizer_suggestions_by_family():
     assert suggest_tokenizer("ollama_chat/qwen2.5:7b").endswith("hf:Qwen/Qwen2.5-7B-Instruct")
     assert suggest_tokenizer("openrouter/qwen/qwen-2.5-72b-instruct").endswith("hf:Qwen/Qwen2.5-72B-Instruct")
     assert suggest_tokenizer("openrouter/meta-llama/llama-3.1-8b-instruct").endswith(
-        "hf:meta-llama/Llama-3.1-8B-Instruct")
+        "hf:meta-llama/Llama-3.1-8B-Instruct"
+    )
     assert suggest_tokenizer("ollama/smollm2:135m").endswith("hf:HuggingFaceTB/SmolLM2-135M-Instruct")
     unknown = suggest_tokenizer("ollama_chat/some-new-model:3b")
     assert "https://ollama.com/library/some-new-model" in unknown and "hf:<" in unknown
 
 
 def test_missing_gguf_file_is_named(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-m", f"local:{tmp_path}/none.gguf",
-                         "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-m",
+        f"local:{tmp_path}/none.gguf",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "no such model file", "none.gguf", run_dir=tmp_path / "r")
 
 
@@ -152,16 +233,45 @@ def test_budget_over_the_embedded_context_names_the_tiers_that_fit(tmp_path):
 
 def test_server_refusing_the_key_is_caught_by_preflight(tmp_path):
     with FaultServer(route_default=UNAUTHORISED) as server:
-        result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-b", "512", *SMALL, *FAST,
-                             "-m", "openai/some-model", "--api-base", server.url, "-o", str(tmp_path / "r"))
+        result = budgetbench(
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-b",
+            "512",
+            *SMALL,
+            *FAST,
+            "-m",
+            "openai/some-model",
+            "--api-base",
+            server.url,
+            "-o",
+            str(tmp_path / "r"),
+        )
         assert_refused(result, "refused the API key (401)", "OPENAI_API_KEY", run_dir=tmp_path / "r")
         assert server.completions() == 0
 
 
 def test_no_server_at_api_base_is_caught_by_preflight(tmp_path):
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-b", "512", *SMALL, *FAST,
-                         "-m", "openai/some-model", "--api-base", f"http://127.0.0.1:{free_port()}/v1",
-                         "-o", str(tmp_path / "r"))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-b",
+        "512",
+        *SMALL,
+        *FAST,
+        "-m",
+        "openai/some-model",
+        "--api-base",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert_refused(result, "no server answers", "--api-base", run_dir=tmp_path / "r")
 
 
@@ -172,9 +282,30 @@ def test_401_server_gets_at_most_one_model_call(tmp_path):
     """Two strategies x two tiers x three items = 12 cells; the first refused key stops the run."""
     out = tmp_path / "r"
     with FaultServer(route_default=UNAUTHORISED) as server:
-        result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-s", "recency", "-b", "256 512",
-                             *SMALL, *FAST, "-j", "2", "-m", "openai/some-model", "--api-base", server.url,
-                             "--no-preflight", "--display", "plain", "-o", str(out))
+        result = budgetbench(
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-s",
+            "recency",
+            "-b",
+            "256 512",
+            *SMALL,
+            *FAST,
+            "-j",
+            "2",
+            "-m",
+            "openai/some-model",
+            "--api-base",
+            server.url,
+            "--no-preflight",
+            "--display",
+            "plain",
+            "-o",
+            str(out),
+        )
         assert server.completions() <= 1
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -187,9 +318,30 @@ def test_401_server_gets_at_most_one_model_call(tmp_path):
 
 def test_same_transport_error_k_times_stops_the_run(tmp_path):
     out = tmp_path / "r"
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-b", "256 512 1024", *SMALL, *FAST,
-                         "-j", "1", "-m", "openai/some-model", "--api-base", f"http://127.0.0.1:{free_port()}/v1",
-                         "--no-preflight", "--max-consecutive-failures", "3", "--display", "plain", "-o", str(out))
+    result = budgetbench(
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-b",
+        "256 512 1024",
+        *SMALL,
+        *FAST,
+        "-j",
+        "1",
+        "-m",
+        "openai/some-model",
+        "--api-base",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "--no-preflight",
+        "--max-consecutive-failures",
+        "3",
+        "--display",
+        "plain",
+        "-o",
+        str(out),
+    )
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert re.search(r"stopped.*3 calls in a row.*Connect", result.stderr, flags=re.S), result.stderr
@@ -203,9 +355,26 @@ def test_same_transport_error_k_times_stops_the_run(tmp_path):
 def test_plain_display_prints_one_line_per_cell_then_the_table_and_the_audit(tmp_path):
     out = tmp_path / "r"
     with FaultServer(count_prompt=lambda messages: 10) as server:  # healthy, but it reports 10 prompt tokens
-        result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-s", "recency", "-b", "512 1k",
-                             *SMALL, *FAST, "-m", "openai/fault-model", "--api-base", server.url, "--no-report",
-                             "-o", str(out))
+        result = budgetbench(
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-s",
+            "recency",
+            "-b",
+            "512 1k",
+            *SMALL,
+            *FAST,
+            "-m",
+            "openai/fault-model",
+            "--api-base",
+            server.url,
+            "--no-report",
+            "-o",
+            str(out),
+        )
     assert result.returncode == 0, result.stderr
     cell_lines = [line for line in result.stderr.splitlines() if re.match(r"^\[\s*\d+/12 ", line)]
     assert len(cell_lines) == 12, result.stderr
@@ -225,7 +394,9 @@ def test_env_wins_over_config_and_command_line_wins_over_env(tmp_path):
     env = {"BUDGETBENCH_MODEL": "fromenv/x"}
     assert "'fromenv/x'" in error_lines(budgetbench(*base, env=env))[0]
     assert "'fromcli/x'" in error_lines(budgetbench(*base, "-m", "fromcli/x", env=env))[0]
-    via_env = budgetbench("run", env={"BUDGETBENCH_TASK": "synthetic-memory", "BUDGETBENCH_STRATEGY": "truncation nope"})
+    via_env = budgetbench(
+        "run", env={"BUDGETBENCH_TASK": "synthetic-memory", "BUDGETBENCH_STRATEGY": "truncation nope"}
+    )
     assert_refused(via_env, "unknown strategy 'nope'")
 
 
@@ -287,8 +458,9 @@ def test_cli_reference_shows_real_defaults():
 @pytest.mark.timeout(3600)  # six cells of 4,000-token histories on the embedded model; slow on a loaded machine
 def test_run_with_no_other_option_finishes(tmp_path):
     """``budgetbench run -t synthetic-memory -s truncation -n 2``: tiers that fit the embedded model."""
-    result = budgetbench("run", "-t", "synthetic-memory", "-s", "truncation", "-n", "2", "--no-report",
-                         cwd=tmp_path, timeout=3500)
+    result = budgetbench(
+        "run", "-t", "synthetic-memory", "-s", "truncation", "-n", "2", "--no-report", cwd=tmp_path, timeout=3500
+    )
     assert result.returncode == 0, result.stderr
     assert "note: budgets: 2048 4096 8192" in " ".join(result.stderr.split())
     rows = final_rows(tmp_path / "runs" / "synthetic-memory")
@@ -306,12 +478,28 @@ def test_display_tells_finished_cells_from_resumed_ones():
     screen = Display("plain", stream=io.StringIO())
     screen.start(5, {"truncation": 5})
     screen.progress("truncation", 2)  # resumed
-    screen.finished({"strategy": "truncation", "event": "result", "budget": 512, "item_id": "a", "quality": 1.0,
-                     "prompt_tokens": 300})
+    screen.finished(
+        {
+            "strategy": "truncation",
+            "event": "result",
+            "budget": 512,
+            "item_id": "a",
+            "quality": 1.0,
+            "prompt_tokens": 300,
+        }
+    )
     screen.progress("truncation", 1)
     for _ in range(2):  # a unit whose reset failed: two error rows, one progress call
-        screen.finished({"strategy": "truncation", "event": "error", "budget": 512, "item_id": "b",
-                         "phase": "reset", "cause": "reset failed"})
+        screen.finished(
+            {
+                "strategy": "truncation",
+                "event": "error",
+                "budget": 512,
+                "item_id": "b",
+                "phase": "reset",
+                "cause": "reset failed",
+            }
+        )
     screen.progress("truncation", 2)
     counter = screen.counters[OVERALL]
     assert (counter.skipped, counter.finished, counter.done) == (2, 3, 5)
@@ -340,9 +528,31 @@ def test_ctrl_c_exits_130_and_keeps_finished_cells(tmp_path):
     with FaultServer(latency_s=0.5, count_prompt=lambda messages: 10) as server:
         base = {k: v for k, v in os.environ.items() if not k.startswith("BUDGETBENCH_")}
         process = subprocess.Popen(
-            [str(BUDGETBENCH), "run", "-t", "synthetic-memory", "-s", "truncation", "-b", "256 512 1k 2k", *SMALL,
-             *FAST, "-j", "1", "-m", "openai/fault-model", "--api-base", server.url, "--no-report", "-o", str(out)],
-            stderr=subprocess.PIPE, text=True, env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+            [
+                str(BUDGETBENCH),
+                "run",
+                "-t",
+                "synthetic-memory",
+                "-s",
+                "truncation",
+                "-b",
+                "256 512 1k 2k",
+                *SMALL,
+                *FAST,
+                "-j",
+                "1",
+                "-m",
+                "openai/fault-model",
+                "--api-base",
+                server.url,
+                "--no-report",
+                "-o",
+                str(out),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
         seen = []
         for line in process.stderr:
             seen.append(line)

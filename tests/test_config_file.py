@@ -74,8 +74,9 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert (params["display"], params["no_preflight"], params["max_consecutive_failures"]) == ("plain", True, 3)
     assert params["task_options"] == ("items=3", "history_tokens=600")
     assert params["strategy_params"] == ("summary_buffer.max_calls=1", "summary_buffer.summary_share=0.3")
-    covered = {p.name for p in run_command.params
-               if isinstance(p, click.Option) and p.expose_value and not p.hidden} - {"config_path", "help"}
+    covered = {
+        p.name for p in run_command.params if isinstance(p, click.Option) and p.expose_value and not p.hidden
+    } - {"config_path", "help"}
     assert covered <= set(params) and all(params[name] is not None for name in covered)
 
 
@@ -85,13 +86,16 @@ def test_command_line_wins_over_the_file(tmp_path):
     assert params["limit"] == 3  # still from the file
 
 
-@pytest.mark.parametrize("text, message", [
-    ("task = 'x'\nstrategy = 'truncation'\nbugdets = [1]\n", "unknown key 'bugdets'"),
-    ("task = 'x'\nstrategy = 'truncation'\nlimit = 'many'\n", "'many' is not a valid integer"),
-    ("task = 'x'\nstrategy = 'truncation'\nopenai_api_key = 'sk-1'\n", "API keys are never read"),
-    ("task = 'x'\nstrategy = 'truncation'\ntask_options = 3\n", "must be a table"),
-    ("task = 'x\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("task = 'x'\nstrategy = 'truncation'\nbugdets = [1]\n", "unknown key 'bugdets'"),
+        ("task = 'x'\nstrategy = 'truncation'\nlimit = 'many'\n", "'many' is not a valid integer"),
+        ("task = 'x'\nstrategy = 'truncation'\nopenai_api_key = 'sk-1'\n", "API keys are never read"),
+        ("task = 'x'\nstrategy = 'truncation'\ntask_options = 3\n", "must be a table"),
+        ("task = 'x\n", "not valid TOML"),
+    ],
+)
 def test_bad_files_are_refused_with_the_file_and_key(tmp_path, text, message):
     path = write(tmp_path, text)
     result = CliRunner().invoke(cli, ["run", "--config", str(path)])
@@ -119,7 +123,9 @@ def test_a_different_config_for_the_same_run_dir_is_kept(tmp_path):
 @pytest.mark.slow
 def test_run_from_config_on_the_embedded_model(tmp_path):
     out = tmp_path / "run"
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
 task = "synthetic-memory"
 strategy = "truncation"
 budgets = [256]
@@ -130,7 +136,8 @@ out = "{out.as_posix()}"
 [task_options]
 items = 1
 history_tokens = 300
-""")
+""",
+    )
     result = CliRunner().invoke(cli, ["run", "--config", str(path)])
     assert result.exit_code == 0, result.output
     assert (out / "config.toml").read_text() == path.read_text()

@@ -35,10 +35,13 @@ def statuses(results) -> dict[str, str]:
 
 # ----------------------------------------------------------------- built-ins pass
 
+
 @pytest.mark.parametrize("strategy", [builtin.Truncation, builtin.Recency, builtin.Checkpoint, builtin.FullContext])
 def test_builtin_strategies_pass(kit, strategy):
     results = kit.assert_conforms(strategy)
-    expected = {check: "pass" for check in ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")}
+    expected = {
+        check: "pass" for check in ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")
+    }
     if strategy is builtin.FullContext:
         expected["budget"] = "skip"  # the ceiling arm declares enforces_budget = False
     assert statuses(results) == expected
@@ -65,6 +68,7 @@ def test_standard_items_exceed_and_fit_the_budgets(kit):
 
 
 # ----------------------------------------------------------------- each check can fail
+
 
 class Base(MemoryStrategy):
     regime = Regime.LOCAL_ONLY
@@ -127,10 +131,17 @@ class NoRegime(Base):
         return self.keep(history, budget, context)
 
 
-@pytest.mark.parametrize("strategy, check", [
-    (Mutates, "no-mutation"), (Leaks, "reset"), (Random, "deterministic"), (OverBudget, "budget"),
-    (DropsQuery, "valid-output"), (NoRegime, "declared"),
-])
+@pytest.mark.parametrize(
+    "strategy, check",
+    [
+        (Mutates, "no-mutation"),
+        (Leaks, "reset"),
+        (Random, "deterministic"),
+        (OverBudget, "budget"),
+        (DropsQuery, "valid-output"),
+        (NoRegime, "declared"),
+    ],
+)
 def test_each_check_fails_on_a_strategy_that_breaks_it(kit, strategy, check):
     results = kit.run_checks(strategy)
     failed = {r.check for r in results if r.status == "fail"}
@@ -140,6 +151,7 @@ def test_each_check_fails_on_a_strategy_that_breaks_it(kit, strategy, check):
 
 
 # ----------------------------------------------------------------- memory systems
+
 
 class Words(MemorySystem):
     """A memory system with a switch for each way of getting ingest wrong."""
@@ -193,6 +205,7 @@ def test_memory_system_reset_check(kit):
 
 
 # ----------------------------------------------------------------- the command
+
 
 @pytest.mark.slow
 def test_check_plugin_command_prints_the_table():

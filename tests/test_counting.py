@@ -23,9 +23,17 @@ def test_served_count_audit_agrees_on_embedded_model(local_backend, server_count
     """The count we enforce is the count the server actually processed (usage.prompt_tokens)."""
     prompts = [
         [Message("user", "What is the capital of France?")],
-        [Message("system", "Be brief."), Message("user", "Hi"), Message("assistant", "Hello! 👋"), Message("user", "Café?")],
-        [Message("system", "x"), *[Message("user" if i % 2 else "assistant", f"turn {i} " * i) for i in range(12)],
-         Message("user", "Summarise.")],
+        [
+            Message("system", "Be brief."),
+            Message("user", "Hi"),
+            Message("assistant", "Hello! 👋"),
+            Message("user", "Café?"),
+        ],
+        [
+            Message("system", "x"),
+            *[Message("user" if i % 2 else "assistant", f"turn {i} " * i) for i in range(12)],
+            Message("user", "Summarise."),
+        ],
     ]
     for prompt in prompts:
         completion = local_backend.complete(prompt, GenerationParams(max_tokens=4))
@@ -51,8 +59,10 @@ def test_estimate_matches_exact_count_for_chatml(server_counter, history, system
 
 def test_fit_never_returns_an_over_budget_prompt(server_counter):
     rng = random.Random(7)
-    history = [Message("user", " ".join(rng.choice(["alpha", "beta", "γάμμα", "δ"]) for _ in range(rng.randint(1, 40))))
-               for _ in range(30)]
+    history = [
+        Message("user", " ".join(rng.choice(["alpha", "beta", "γάμμα", "δ"]) for _ in range(rng.randint(1, 40))))
+        for _ in range(30)
+    ]
     frame = lambda kept: [Message("system", "s"), *kept, Message("user", "q")]  # noqa: E731
     for budget in (30, 64, 128, 300):
         kept, exact = server_counter.fit(frame, history, budget)
@@ -73,13 +83,17 @@ def corpus_texts(limit_chars: int) -> dict[str, list[str]]:
     sources: dict[str, list[str]] = {}
     for name in ("longmemeval_s_sample", "longmemeval_oracle"):
         records = json.loads((DATA / "longmemeval" / f"{name}.json").read_text(encoding="utf-8"))
-        sources[name] = [t["content"] for r in records for s in r["haystack_sessions"] for t in s] + \
-                        [r["question"] for r in records]
+        sources[name] = [t["content"] for r in records for s in r["haystack_sessions"] for t in s] + [
+            r["question"] for r in records
+        ]
     longbench = json.loads((DATA / "longbench_v2" / "longbench_v2_short_sample.json").read_text(encoding="utf-8"))
-    sources["longbench_v2"] = [chunk for r in longbench for chunk in (r["context"][i:i + 4000]
-                                                                      for i in range(0, len(r["context"]), 4000))]
+    sources["longbench_v2"] = [
+        chunk for r in longbench for chunk in (r["context"][i : i + 4000] for i in range(0, len(r["context"]), 4000))
+    ]
     swe = [json.loads(line) for line in (DATA / "swebench" / "swebench_verified_mini.jsonl").read_text().splitlines()]
-    sources["swebench"] = [r[k] for r in swe for k in ("problem_statement", "patch", "test_patch", "hints_text") if r[k]]
+    sources["swebench"] = [
+        r[k] for r in swe for k in ("problem_statement", "patch", "test_patch", "hints_text") if r[k]
+    ]
     sources["taubench"] = [p.read_text(encoding="utf-8") for p in sorted((DATA / "taubench").glob("*/*.md"))]
     picked = {}
     for name, texts in sources.items():
@@ -97,8 +111,9 @@ def corpus_texts(limit_chars: int) -> dict[str, list[str]]:
 
 def server_whole(base_url: str, text: str, add_special: bool) -> int:
     """The server's own count of a whole text: the reference the piece-wise count must equal."""
-    response = httpx.post(base_url + "/tokenize", json={"content": text, "add_special": add_special,
-                                                        "parse_special": True}, timeout=120)
+    response = httpx.post(
+        base_url + "/tokenize", json={"content": text, "add_special": add_special, "parse_special": True}, timeout=120
+    )
     return len(response.json()["tokens"])
 
 
@@ -110,9 +125,12 @@ def test_piecewise_count_equals_the_servers_on_the_corpora(local_backend):
     for name, texts in corpus_texts(300_000).items():
         rng = random.Random(name)
         for start in range(0, len(texts), 12):
-            chunk = texts[start:start + 12]
-            prompt = [Message("system", "Answer from the sessions."),
-                      *(Message(rng.choice(["user", "assistant"]), t) for t in chunk), Message("user", "Q?")]
+            chunk = texts[start : start + 12]
+            prompt = [
+                Message("system", "Answer from the sessions."),
+                *(Message(rng.choice(["user", "assistant"]), t) for t in chunk),
+                Message("user", "Q?"),
+            ]
             rendered = tokenizer.render(prompt)
             assert tokenizer.count_rendered(rendered) == server_whole(local_backend.server_url, rendered, True), name
             checked += 1
@@ -120,8 +138,12 @@ def test_piecewise_count_equals_the_servers_on_the_corpora(local_backend):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(parts=st.lists(st.one_of(TEXTS, st.sampled_from(SPECIALS), st.sampled_from([" ", "\n", "\n\n", " \t", "12", "3"])),
-                      max_size=12), role=st.sampled_from(["system", "user", "assistant"]))
+@given(
+    parts=st.lists(
+        st.one_of(TEXTS, st.sampled_from(SPECIALS), st.sampled_from([" ", "\n", "\n\n", " \t", "12", "3"])), max_size=12
+    ),
+    role=st.sampled_from(["system", "user", "assistant"]),
+)
 def test_piecewise_count_equals_the_servers_around_special_tokens(local_backend, server_counter, parts, role):
     """Contents holding special-token text, whitespace next to it, digits: a piece-wise
     count that cut the prompt differently from llama.cpp would disagree here."""
@@ -144,7 +166,7 @@ def test_in_process_vocabulary_agrees_with_the_server_on_the_corpora(local_backe
     tokenizer.count_text("")  # the probe: batched counts need the separator it learns
     for name, sample in texts.items():
         sample = [*sample, *(f"{t} <|im_end|>\n{t[:50]}" for t in sample[:20])]
-        served = [n for i in range(0, len(sample), 400) for n in tokenizer._count_batch(sample[i:i + 400])]
+        served = [n for i in range(0, len(sample), 400) for n in tokenizer._count_batch(sample[i : i + 400])]
         local = [vocabulary.count(t) for t in sample]
         wrong = [t[:60] for t, a, b in zip(sample, local, served) if a != b]
         assert not wrong, f"{name}: {len(wrong)} of {len(sample)} texts counted differently, e.g. {wrong[:3]}"
@@ -161,14 +183,20 @@ def test_a_five_tier_sweep_tokenises_each_message_once(local_backend):
 
     record = json.loads((DATA / "longmemeval" / "longmemeval_s_sample.json").read_text(encoding="utf-8"))[0]
     history = tuple(Message(t["role"], t["content"]) for s in record["haystack_sessions"] for t in s)
-    item = Item(id="x", history=history, query=Message("user", record["question"]), answer="",
-                system=Message("system", "Answer from the sessions."))
+    item = Item(
+        id="x",
+        history=history,
+        query=Message("user", record["question"]),
+        answer="",
+        system=Message("system", "Answer from the sessions."),
+    )
     tokenizer = server_tokenizer("", local_backend)
     counter = PromptCounter(tokenizer)
     counter.estimate([Message(r, "") for r in ("system", "user", "assistant")])  # once per run
     sent = []
     tokenizer._http.event_hooks["request"].append(
-        lambda request: sent.append(json.loads(request.content)) if request.url.path == "/tokenize" else None)
+        lambda request: sent.append(json.loads(request.content)) if request.url.path == "/tokenize" else None
+    )
     tiers = [2048, 4096, 8192, 16384, 32768]
     prompts = []
     for budget in tiers:
@@ -178,7 +206,11 @@ def test_a_five_tier_sweep_tokenises_each_message_once(local_backend):
         prompts.append(prompt)
     largest = tokenizer.render(prompts[-1])
     assert counter.count(prompts[-1]) == server_whole(local_backend.server_url, largest, True)
-    tokenised = sum(len(p) for body in sent for p in (body["content"] if isinstance(body["content"], list)
-                                                        else [body["content"]]) if isinstance(p, str))
+    tokenised = sum(
+        len(p)
+        for body in sent
+        for p in (body["content"] if isinstance(body["content"], list) else [body["content"]])
+        if isinstance(p, str)
+    )
     assert len(sent) <= 2 * len(tiers)
     assert tokenised <= 1.05 * len(largest), "messages were tokenised again at a later tier"

@@ -64,10 +64,13 @@ def test_unknown_file_is_refused(offline):
     assert result.exit_code == 2 and "longmemeval_oracle.json" in result.output
 
 
-@pytest.mark.parametrize("dataset, task, shared_file, local", [
-    ("longbench-v2", "longbench-v2", "longbench_v2/longbench_v2_short_sample.json", "data.json"),
-    ("longmemeval", "longmemeval", "longmemeval/longmemeval_oracle.json", "longmemeval_s.json"),
-])
+@pytest.mark.parametrize(
+    "dataset, task, shared_file, local",
+    [
+        ("longbench-v2", "longbench-v2", "longbench_v2/longbench_v2_short_sample.json", "data.json"),
+        ("longmemeval", "longmemeval", "longmemeval/longmemeval_oracle.json", "longmemeval_s.json"),
+    ],
+)
 def test_task_reads_the_file_where_fetch_says(offline, dataset, task, shared_file, local):
     """Place the official file where the offline message says, and the task loads it with no path option."""
     if not (SHARED / shared_file).is_file():

@@ -27,8 +27,20 @@ from budgetbench_core.report.plan import binary_items_needed, graded_items_neede
 
 BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm,builtin-executors"
 BUDGET = "160"
-TASK = ["-t", "synthetic-memory", "-b", BUDGET, "-n", "4", "--task-option", "items=4", "--max-output-tokens", "4",
-        "-j", "1"]
+TASK = [
+    "-t",
+    "synthetic-memory",
+    "-b",
+    BUDGET,
+    "-n",
+    "4",
+    "--task-option",
+    "items=4",
+    "--max-output-tokens",
+    "4",
+    "-j",
+    "1",
+]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -50,8 +62,19 @@ def _run(*args: str) -> None:
 @pytest.fixture(scope="module")
 def pilot(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pilot") / "local"
-    _run(*TASK, "--task-option", "history_tokens=600", "-s", "truncation", "-s", "full_context", "-s", "recency",
-         "-o", str(out))
+    _run(
+        *TASK,
+        "--task-option",
+        "history_tokens=600",
+        "-s",
+        "truncation",
+        "-s",
+        "full_context",
+        "-s",
+        "recency",
+        "-o",
+        str(out),
+    )
     return out
 
 
@@ -59,9 +82,23 @@ def pilot(tmp_path_factory) -> Path:
 def served(tmp_path_factory, local_backend) -> Path:
     """The same items asked of the embedded server as an OpenAI-compatible model through litellm."""
     out = tmp_path_factory.mktemp("served") / "served"
-    _run(*TASK, "--task-option", "history_tokens=600", "-s", "truncation", "-s", "recency", "-o", str(out),
-         "--model", "openai/smollm2-served", "--api-base", local_backend.api_base,
-         "--tokenizer", f"server:{local_backend.server_url}")
+    _run(
+        *TASK,
+        "--task-option",
+        "history_tokens=600",
+        "-s",
+        "truncation",
+        "-s",
+        "recency",
+        "-o",
+        str(out),
+        "--model",
+        "openai/smollm2-served",
+        "--api-base",
+        local_backend.api_base,
+        "--tokenizer",
+        f"server:{local_backend.server_url}",
+    )
     return out
 
 
@@ -70,6 +107,7 @@ def _invoke(*args: str):
 
 
 # ----------------------------------------------------------------------------- gate
+
 
 @pytest.mark.slow
 def test_gate_fails_on_a_violation_and_passes_a_compliant_cell(pilot):
@@ -91,8 +129,9 @@ def test_gate_on_too_few_items_fails_and_says_how_many(pilot):
     result = _invoke("gate", str(pilot), "--candidate", f"truncation@{BUDGET}", "--min-items", "10")
     assert result.exit_code == 1
     assert "FAIL  items" in result.output and "4 scored items < --min-items 10: needs 6 more" in result.output
-    checks = json.loads(_invoke("gate", str(pilot), "--candidate", f"truncation@{BUDGET}", "--min-items", "10",
-                                "--json").output)["checks"]
+    checks = json.loads(
+        _invoke("gate", str(pilot), "--candidate", f"truncation@{BUDGET}", "--min-items", "10", "--json").output
+    )["checks"]
     assert [c["needed_items"] for c in checks if c["name"] == "items"] == [10]
 
 
@@ -117,11 +156,16 @@ def test_gate_non_inferiority_uses_the_paired_interval(pilot):
 def test_gate_usage_errors_exit_2(pilot):
     assert _invoke("gate", str(pilot), "--margin", "0.1").exit_code == 2
     missing = _invoke("gate", str(pilot), "--candidate", "truncation@999")
-    assert missing.exit_code == 2 and "no cell truncation@999" in missing.output and f"truncation@{BUDGET}" in missing.output
+    assert (
+        missing.exit_code == 2
+        and "no cell truncation@999" in missing.output
+        and f"truncation@{BUDGET}" in missing.output
+    )
     assert _invoke("gate", str(pilot), "--candidate", "truncation").exit_code == 2
 
 
 # ----------------------------------------------------------------------------- plan
+
 
 @pytest.mark.slow
 def test_plan_prints_a_row_per_pair_and_tier(pilot):
@@ -129,10 +173,15 @@ def test_plan_prints_a_row_per_pair_and_tier(pilot):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert {(r["candidate"], r["reference"]) for r in rows} == {
-        ("full_context", "truncation"), ("recency", "truncation"), ("recency", "full_context")}
+        ("full_context", "truncation"),
+        ("recency", "truncation"),
+        ("recency", "full_context"),
+    }
     data = load_run(pilot, with_prompts=False)
     for row in rows:
-        pair = pair_cells(data, ("synthetic-memory", row["candidate"], 160), ("synthetic-memory", row["reference"], 160))
+        pair = pair_cells(
+            data, ("synthetic-memory", row["candidate"], 160), ("synthetic-memory", row["reference"], 160)
+        )
         d = np.asarray(pair.candidate) - np.asarray(pair.reference)
         expected = binary_items_needed(float(np.mean(d != 0)), float(d.mean()), 0.1)
         assert row["goal"] == "non-inferiority" and row["pilot_items"] == 4
@@ -176,16 +225,18 @@ def _simulated_n(power) -> int:
     return high
 
 
-@pytest.mark.parametrize("p10, p01, margin", [(0.25, 0.05, None), (0.15, 0.05, None), (0.4, 0.2, None),
-                                              (0.1, 0.1, 0.1), (0.2, 0.1, 0.05)])
+@pytest.mark.parametrize(
+    "p10, p01, margin", [(0.25, 0.05, None), (0.15, 0.05, None), (0.4, 0.2, None), (0.1, 0.1, 0.1), (0.2, 0.1, 0.05)]
+)
 def test_binary_plan_agrees_with_a_simulation(p10, p01, margin):
     planned = binary_items_needed(p10 + p01, p10 - p01, margin)
     simulated = _simulated_n(lambda n: _binary_power(n, p10, p01, margin))
     assert abs(planned - simulated) <= 0.10 * simulated, (planned, simulated)
 
 
-@pytest.mark.parametrize("mean, sd, margin", [(0.1, 0.3, None), (0.05, 0.2, None), (0.2, 0.4, None),
-                                              (0.0, 0.3, 0.1), (0.0, 0.2, 0.05)])
+@pytest.mark.parametrize(
+    "mean, sd, margin", [(0.1, 0.3, None), (0.05, 0.2, None), (0.2, 0.4, None), (0.0, 0.3, 0.1), (0.0, 0.2, 0.05)]
+)
 def test_graded_plan_agrees_with_a_simulation(mean, sd, margin):
     population = np.clip(RNG.normal(mean, sd, size=1_000_000), -1, 1)  # the truth after clipping
     planned = graded_items_needed(float(population.std()), float(population.mean()), margin)
@@ -194,6 +245,7 @@ def test_graded_plan_agrees_with_a_simulation(mean, sd, margin):
 
 
 # ----------------------------------------------------------------------------- compare
+
 
 @pytest.mark.slow
 def test_compare_two_models_gives_one_report_with_both(pilot, served, tmp_path):
@@ -206,11 +258,16 @@ def test_compare_two_models_gives_one_report_with_both(pilot, served, tmp_path):
     paired = {(r["strategy"], r["budget"]): r for r in report["paired"]}
     assert set(paired) == {("truncation", 160), ("recency", 160)}
     assert all(r["paired_items"] == 4 and r["reference_run"] == "local" for r in paired.values())
-    assert report["unmatched"] == [{"task": "synthetic-memory", "strategy": "full_context", "budget": 160,
-                                    "only_in": "local", "other": "served"}]
+    assert report["unmatched"] == [
+        {"task": "synthetic-memory", "strategy": "full_context", "budget": 160, "only_in": "local", "other": "served"}
+    ]
     assert {(r["run"], r["strategy"]) for r in report["summary"]} == {
-        ("local", "truncation"), ("local", "full_context"), ("local", "recency"),
-        ("served", "truncation"), ("served", "recency")}
+        ("local", "truncation"),
+        ("local", "full_context"),
+        ("local", "recency"),
+        ("served", "truncation"),
+        ("served", "recency"),
+    }
     index = (out / "index.html").read_text()
     assert "openai/smollm2-served" in index and 'id="unmatched"' in index
     assert (out / "quality_vs_budget.png").read_bytes().startswith(b"\x89PNG")
@@ -219,12 +276,34 @@ def test_compare_two_models_gives_one_report_with_both(pilot, served, tmp_path):
 @pytest.mark.slow
 def test_compare_pairs_shared_items_only_and_refuses_other_data(pilot, tmp_path):
     fewer = tmp_path / "fewer"
-    _run("-t", "synthetic-memory", "-b", BUDGET, "-n", "2", "--task-option", "items=4", "--max-output-tokens", "4",
-         "-j", "1", "--task-option", "history_tokens=600", "-s", "truncation", "-o", str(fewer))
+    _run(
+        "-t",
+        "synthetic-memory",
+        "-b",
+        BUDGET,
+        "-n",
+        "2",
+        "--task-option",
+        "items=4",
+        "--max-output-tokens",
+        "4",
+        "-j",
+        "1",
+        "--task-option",
+        "history_tokens=600",
+        "-s",
+        "truncation",
+        "-o",
+        str(fewer),
+    )
     other = tmp_path / "other"
     _run(*TASK, "--task-option", "history_tokens=700", "-s", "truncation", "-o", str(other))
     refused = _invoke("compare", str(pilot), str(other), "-o", str(tmp_path / "no"))
-    assert refused.exit_code == 2 and "different task data" in refused.output and "--allow-different-data" in refused.output
+    assert (
+        refused.exit_code == 2
+        and "different task data" in refused.output
+        and "--allow-different-data" in refused.output
+    )
     assert not (tmp_path / "no" / "index.html").exists()
     forced = _invoke("compare", str(pilot), str(other), "-o", str(tmp_path / "yes"), "--allow-different-data")
     assert forced.exit_code == 0, forced.output
@@ -232,8 +311,11 @@ def test_compare_pairs_shared_items_only_and_refuses_other_data(pilot, tmp_path)
     # A run over 2 of the 4 items: the comparison uses the 2 shared items and lists the others.
     partial = _invoke("compare", str(pilot), str(fewer), "-o", str(tmp_path / "partial"))
     assert partial.exit_code == 0, partial.output
-    (row,) = [r for r in json.loads((tmp_path / "partial" / "report.json").read_text())["paired"]
-              if r["strategy"] == "truncation"]
+    (row,) = [
+        r
+        for r in json.loads((tmp_path / "partial" / "report.json").read_text())["paired"]
+        if r["strategy"] == "truncation"
+    ]
     pilot_items = {k[4] for k in load_run(pilot, with_prompts=False).rows}
     fewer_items = {k[4] for k in load_run(fewer, with_prompts=False).rows}
     assert row["paired_items"] == len(fewer_items) == 2 and row["missing_in_run"] == 2
@@ -241,6 +323,7 @@ def test_compare_pairs_shared_items_only_and_refuses_other_data(pilot, tmp_path)
 
 
 # ------------------------------------------------------------------- all-error report
+
 
 class Broken(MemoryStrategy):
     """Fails on every item, so every cell of the run is an error row."""
@@ -263,8 +346,18 @@ def test_a_run_where_every_cell_errored_still_gets_a_report(tmp_path):
     registry = load_registry()
     registry.add_plugin(BrokenPlugin(), PluginInfo("broken-test", "budgetbench-decisions-tests", "0.0.1"))
     out = tmp_path / "broken"
-    run(RunConfig(task="synthetic-memory", strategies=["broken"], budgets=[160, 320], out=out, limit=2,
-                  max_concurrency=1, task_options={"items": 2, "history_tokens": 600}), registry=registry)
+    run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["broken"],
+            budgets=[160, 320],
+            out=out,
+            limit=2,
+            max_concurrency=1,
+            task_options={"items": 2, "history_tokens": 600},
+        ),
+        registry=registry,
+    )
     result = _invoke("report", str(out))
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report" / "report.json").read_text())

@@ -18,8 +18,9 @@ from budgetbench_core.runlog import final_rows
 
 pytestmark = pytest.mark.slow
 
-HISTORY = "A long conversation. " + " ".join(f"On day {i} the user said they like colour number {i * 7 % 13}."
-                                              for i in range(40))
+HISTORY = "A long conversation. " + " ".join(
+    f"On day {i} the user said they like colour number {i * 7 % 13}." for i in range(40)
+)
 PROMPT = [Message("system", "Answer briefly."), Message("user", HISTORY + " Did the user mention blue? yes or no.")]
 
 
@@ -40,8 +41,19 @@ def test_the_embedded_server_reuses_no_prompt_unless_asked(reuse):
 
 
 def _run(out, strategies, **extra):
-    run(RunConfig(task="synthetic-memory", strategies=strategies, budgets=[256], out=out, limit=3,
-                  max_concurrency=1, max_output_tokens=12, task_options={"items": 3, "history_tokens": 400}, **extra))
+    run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=strategies,
+            budgets=[256],
+            out=out,
+            limit=3,
+            max_concurrency=1,
+            max_output_tokens=12,
+            task_options={"items": 3, "history_tokens": 400},
+            **extra,
+        )
+    )
     return {key: row for key, row in final_rows(out).items()}
 
 

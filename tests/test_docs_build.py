@@ -20,8 +20,11 @@ DOCS = ROOT / "docs"
 
 
 def hook_names() -> list[str]:
-    return [name for name, function in inspect.getmembers(hookspecs, inspect.isfunction)
-            if hasattr(function, "budgetbench_spec")]
+    return [
+        name
+        for name, function in inspect.getmembers(hookspecs, inspect.isfunction)
+        if hasattr(function, "budgetbench_spec")
+    ]
 
 
 def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -37,9 +40,14 @@ def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tupl
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    result = subprocess.run([str(mkdocs), "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [str(mkdocs), "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     return out
 
@@ -48,8 +56,11 @@ def test_site_builds_strict_with_every_page(site):
     """Strict mode turns a broken link or a page left out of the navigation into a failure."""
     for page in DOCS.rglob("*.md"):
         relative = page.relative_to(DOCS).with_suffix("")
-        built = site / ("index.html" if relative.name == "index" and relative.parent == Path(".") else
-                        relative.parent / ("" if relative.name == "index" else relative.name) / "index.html")
+        built = site / (
+            "index.html"
+            if relative.name == "index" and relative.parent == Path(".")
+            else relative.parent / ("" if relative.name == "index" else relative.name) / "index.html"
+        )
         assert built.is_file(), f"{page} was not built"
 
 

@@ -28,8 +28,13 @@ def test_synthetic_memory_marks_the_sentence_that_holds_each_answer():
 
 
 def test_kept_means_the_text_survives_whitespace_aside():
-    history = (Message("user", "[2023-01-02] Today I sold my old car! Any tips?",
-                       {EVIDENCE_KEY: "[2023-01-02] Today I sold my old car!"}),)
+    history = (
+        Message(
+            "user",
+            "[2023-01-02] Today I sold my old car! Any tips?",
+            {EVIDENCE_KEY: "[2023-01-02] Today I sold my old car!"},
+        ),
+    )
     (mark,) = evidence_marks(history)
     quoted = [Message("user", "Earlier notes:\n- [2023-01-02]  Today I sold\nmy old car! Any tips?")]
     cut = [Message("user", "Today I sold my old car!")]  # the date the answer needs is gone
@@ -49,8 +54,11 @@ def test_longmemeval_marks_the_has_answer_turns():
     records = json.loads(ORACLE.read_text())[:60]
     for index, record in enumerate(records):
         item = formatting.to_item(record, ORACLE, index)
-        flagged = sum(bool(t.get("has_answer")) and bool(t["content"].strip())
-                      for session in record["haystack_sessions"] for t in session)
+        flagged = sum(
+            bool(t.get("has_answer")) and bool(t["content"].strip())
+            for session in record["haystack_sessions"]
+            for t in session
+        )
         marks = evidence_marks(item.history)
         assert len(marks) == flagged
         outcome = evidence_outcome(marks, list(item.history))

@@ -24,8 +24,9 @@ finally:
 def start_in_fresh_process(env: dict[str, str]) -> dict:
     """OpenMP reads its environment once per process, so each case needs its own."""
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    out = subprocess.run([sys.executable, "-c", CHILD], env={**clean, **env}, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], env={**clean, **env}, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

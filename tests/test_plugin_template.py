@@ -62,8 +62,10 @@ def test_new_plugin_end_to_end(tmp_path, kind):
     name = f"tplcheck-{os.getpid()}"
     target = render(kind, name, tmp_path)
     distribution = target.name
-    installed = run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                     "-e", str(target)], tmp_path)
+    installed = run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(target)],
+        tmp_path,
+    )
     assert installed.returncode == 0, installed.stderr
     try:
         listed = run([str(BIN / "budgetbench"), "list-plugins", "--json"], tmp_path)

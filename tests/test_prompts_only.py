@@ -21,9 +21,30 @@ from budgetbench_core.loopback import FaultServer
 from budgetbench_core.runlog import final_rows, iter_events
 
 BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm,builtin-executors"
-SYNTH = ["-t", "synthetic-memory", "-s", "truncation", "-s", "checkpoint", "-s", "full_context", "-b", "160 256",
-         "-n", "6", "--task-option", "items=6", "--task-option", "history_tokens=600", "--max-output-tokens", "4",
-         "-j", "1", "--display", "none"]
+SYNTH = [
+    "-t",
+    "synthetic-memory",
+    "-s",
+    "truncation",
+    "-s",
+    "checkpoint",
+    "-s",
+    "full_context",
+    "-b",
+    "160 256",
+    "-n",
+    "6",
+    "--task-option",
+    "items=6",
+    "--task-option",
+    "history_tokens=600",
+    "--max-output-tokens",
+    "4",
+    "-j",
+    "1",
+    "--display",
+    "none",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +64,18 @@ def _csv(path: Path) -> list[dict[str, str]]:
 def test_prompts_only_sends_nothing_and_reports_no_quality(tmp_path):
     out = tmp_path / "po"
     with FaultServer(rate=0.0) as server:
-        result = _run(*SYNTH, "--prompts-only", "--model", "openai/fault-model", "--api-base", server.url,
-                      "--tokenizer", "tiktoken:cl100k_base", "-o", str(out))
+        result = _run(
+            *SYNTH,
+            "--prompts-only",
+            "--model",
+            "openai/fault-model",
+            "--api-base",
+            server.url,
+            "--tokenizer",
+            "tiktoken:cl100k_base",
+            "-o",
+            str(out),
+        )
         assert result.exit_code == 0, result.output
         assert server.requests == []  # the server saw no completion request
     manifest = json.loads((out / "manifest.json").read_text())
@@ -71,18 +102,44 @@ def test_prompts_only_sends_nothing_and_reports_no_quality(tmp_path):
     # compare pairs prompts-only runs on evidence recall, over the items both have.
     other = tmp_path / "po-truncation"
     with FaultServer(rate=0.0) as server:
-        assert _run(*SYNTH[:2], "-s", "truncation", *SYNTH[8:], "--prompts-only", "--model", "openai/fault-model",
-                    "--api-base", server.url, "--tokenizer", "tiktoken:cl100k_base", "-o", str(other)).exit_code == 0
+        assert (
+            _run(
+                *SYNTH[:2],
+                "-s",
+                "truncation",
+                *SYNTH[8:],
+                "--prompts-only",
+                "--model",
+                "openai/fault-model",
+                "--api-base",
+                server.url,
+                "--tokenizer",
+                "tiktoken:cl100k_base",
+                "-o",
+                str(other),
+            ).exit_code
+            == 0
+        )
     compared = CliRunner().invoke(cli, ["compare", str(out), str(other), "-o", str(tmp_path / "cmp")])
     assert compared.exit_code == 0, compared.output
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     assert report["metric"] == "evidence_all"
     assert {(r["strategy"], r["delta"], r["paired_items"]) for r in report["paired"]} == {
-        ("truncation", 0.0, marked)}  # same prompts, same evidence
+        ("truncation", 0.0, marked)
+    }  # same prompts, same evidence
     # The same directory cannot be resumed as a full run: nothing of a prompts-only run is reused.
     with FaultServer(rate=0.0) as server:
-        full = _run(*SYNTH, "--model", "openai/fault-model", "--api-base", server.url,
-                    "--tokenizer", "tiktoken:cl100k_base", "-o", str(out))
+        full = _run(
+            *SYNTH,
+            "--model",
+            "openai/fault-model",
+            "--api-base",
+            server.url,
+            "--tokenizer",
+            "tiktoken:cl100k_base",
+            "-o",
+            str(out),
+        )
         assert full.exit_code == 2 and "prompts_only" in full.output, full.output
         assert server.requests == []
 
@@ -103,10 +160,17 @@ def test_prompts_only_evidence_equals_a_full_run(tmp_path):
     for cell, (event, evidence) in full_rows.items():
         assert only_rows[cell][1] == evidence, cell
         assert only_rows[cell][0] == ("violation" if event == "violation" else "admitted"), cell
-    audits = {lambda_key: e["prompt_hash"] for lambda_key, e in (
-        ((e["strategy"], e["budget"], e["item_id"]), e) for e in iter_events(full) if e["event"] == "prompt_audit")}
-    assert audits == {(e["strategy"], e["budget"], e["item_id"]): e["prompt_hash"]
-                      for e in iter_events(only) if e["event"] == "prompt_audit"}
+    audits = {
+        lambda_key: e["prompt_hash"]
+        for lambda_key, e in (
+            ((e["strategy"], e["budget"], e["item_id"]), e) for e in iter_events(full) if e["event"] == "prompt_audit"
+        )
+    }
+    assert audits == {
+        (e["strategy"], e["budget"], e["item_id"]): e["prompt_hash"]
+        for e in iter_events(only)
+        if e["event"] == "prompt_audit"
+    }
     # Both reports show the same evidence recall per cell; the full one also has quality.
     full_summary = {(r["strategy"], r["budget"]): r for r in _csv(full / "report" / "summary.csv")}
     only_summary = {(r["strategy"], r["budget"]): r for r in _csv(only / "report" / "summary.csv")}
@@ -128,9 +192,13 @@ class Unmarked(Task):
 
     def load(self, limit, seed):
         for i in range(2):
-            yield Item(id=f"u{i}", history=(Message("user", f"My locker is number {i}."), Message("assistant", "Noted.")),
-                       query=Message("user", "What is my locker number?"), answer=str(i),
-                       system=Message("system", "Answer briefly."))
+            yield Item(
+                id=f"u{i}",
+                history=(Message("user", f"My locker is number {i}."), Message("assistant", "Noted.")),
+                query=Message("user", "What is my locker number?"),
+                answer=str(i),
+                system=Message("system", "Answer briefly."),
+            )
 
 
 class UnmarkedPlugin:
@@ -148,9 +216,20 @@ def test_a_task_without_marks_reports_no_evidence(tmp_path):
     registry.add_plugin(UnmarkedPlugin(), PluginInfo("unmarked-test", "budgetbench-unmarked-tests", "0.0.1"))
     out = tmp_path / "unmarked"
     with FaultServer(rate=0.0) as server:
-        run(RunConfig(task="unmarked", strategies=["truncation"], budgets=[128], out=out, prompts_only=True,
-                      model="openai/fault-model", api_base=server.url, tokenizer="tiktoken:cl100k_base",
-                      max_concurrency=1), registry=registry)
+        run(
+            RunConfig(
+                task="unmarked",
+                strategies=["truncation"],
+                budgets=[128],
+                out=out,
+                prompts_only=True,
+                model="openai/fault-model",
+                api_base=server.url,
+                tokenizer="tiktoken:cl100k_base",
+                max_concurrency=1,
+            ),
+            registry=registry,
+        )
         assert server.requests == []
     assert all(r.get("evidence") is None for r in final_rows(out).values())
     paths = write_report(out)

@@ -26,8 +26,10 @@ def rows():
 def _fails(rows, case):
     selected = [r for r in rows if r["case"] == case]
     assert {r["n"] for r in selected} == set(coverage.NS)
-    floor = {n: coverage.SMALL_BINARY_FLOOR if case == "binary cell" and n < 5 else coverage.COVERAGE_FLOOR
-             for n in coverage.NS}
+    floor = {
+        n: coverage.SMALL_BINARY_FLOOR if case == "binary cell" and n < 5 else coverage.COVERAGE_FLOOR
+        for n in coverage.NS
+    }
     return [r for r in selected if not math.isnan(r["coverage"]) and r["coverage"] < floor[r["n"]]]
 
 

@@ -56,8 +56,11 @@ class LossyMemory(MemorySystem):
         self.sessions = []
 
     def ingest(self, sessions, context):
-        failures = [IngestFailure(sessions[0].id, "injected: vector store refused the write")] \
-            if context.item.id == LOSSY_ITEM else []
+        failures = (
+            [IngestFailure(sessions[0].id, "injected: vector store refused the write")]
+            if context.item.id == LOSSY_ITEM
+            else []
+        )
         self.sessions = list(sessions)
         return IngestReport(len(sessions), len(sessions) - len(failures), failures)
 
@@ -74,9 +77,14 @@ class HtmlProbe(Task):
     max_output_tokens = 8
 
     def load(self, limit, seed):
-        yield Item(id="probe-<1>", history=(Message("user", "My dog is called <b>Rex</b>."), Message("assistant", "Noted.")),
-                   query=Message("user", PROBE_QUESTION), answer="Rex", system=Message("system", "Answer briefly."),
-                   category="<i>markup</i>")
+        yield Item(
+            id="probe-<1>",
+            history=(Message("user", "My dog is called <b>Rex</b>."), Message("assistant", "Noted.")),
+            query=Message("user", PROBE_QUESTION),
+            answer="Rex",
+            system=Message("system", "Answer briefly."),
+            category="<i>markup</i>",
+        )
 
 
 class ProbePlugins:
@@ -113,17 +121,36 @@ def registry():
 @pytest.fixture(scope="module")
 def run_a(tmp_path_factory, registry):
     out = tmp_path_factory.mktemp("report-run-a")
-    run(RunConfig(task="synthetic-memory", strategies=["truncation", "full_context", "lossy-memory"],
-                  budgets=[BUDGET], out=out, limit=3, max_concurrency=1, max_output_tokens=6,
-                  task_options={"items": 3, "history_tokens": 600}), registry=registry)
+    run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["truncation", "full_context", "lossy-memory"],
+            budgets=[BUDGET],
+            out=out,
+            limit=3,
+            max_concurrency=1,
+            max_output_tokens=6,
+            task_options={"items": 3, "history_tokens": 600},
+        ),
+        registry=registry,
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def run_b(tmp_path_factory, registry):
     out = tmp_path_factory.mktemp("report-run-b")
-    run(RunConfig(task="html-probe", strategies=["truncation"], budgets=[BUDGET], out=out, max_concurrency=1,
-                  tokenizer="tiktoken:cl100k_base"), registry=registry)
+    run(
+        RunConfig(
+            task="html-probe",
+            strategies=["truncation"],
+            budgets=[BUDGET],
+            out=out,
+            max_concurrency=1,
+            tokenizer="tiktoken:cl100k_base",
+        ),
+        registry=registry,
+    )
     return out
 
 
@@ -182,9 +209,13 @@ def test_ingest_loss_drops_the_item_from_every_comparison(run_a):
     assert lossy["errors"] == "1" and lossy["error_causes"] == "ingest: 1" and lossy["quality_all_n"] == "2"
     paired = _csv(report / "paired.csv")
     assert {(r["strategy"], r["reference"]) for r in paired} == {
-        ("full_context", f"truncation@{BUDGET}"), ("lossy-memory", f"truncation@{BUDGET}")}
+        ("full_context", f"truncation@{BUDGET}"),
+        ("lossy-memory", f"truncation@{BUDGET}"),
+    }
     for row in paired:
-        assert row["dropped_ingest_loss"] == "1" and row["paired_items"] == "2" and LOSSY_ITEM not in row["missing_items"]
+        assert (
+            row["dropped_ingest_loss"] == "1" and row["paired_items"] == "2" and LOSSY_ITEM not in row["missing_items"]
+        )
         assert row["result"] == "too few items" and int(row["needed_items"]) >= 4  # 2 paired items
     errors = _csv(report / "errors.csv")
     assert {(e["item_id"], e["phase"]) for e in errors} == {(LOSSY_ITEM, "ingest")}
@@ -230,7 +261,7 @@ def test_markup_is_escaped_and_approximate_counts_are_labelled(run_b):
     assert 'id="approximate-banner"' in index
     for table_id in ("summary", "paired", "categories"):
         start = index.index(f'<table id="{table_id}">')
-        assert "(approximate token counts)" in index[start:index.index("</caption>", start)]
+        assert "(approximate token counts)" in index[start : index.index("</caption>", start)]
     for name in ("summary_csv", "categories_csv"):
         assert all(r["approximate_counts"] == "True" for r in _csv(paths[name]))
     assert "APPROXIMATE" in paths["md"].read_text()
@@ -239,16 +270,38 @@ def test_markup_is_escaped_and_approximate_counts_are_labelled(run_b):
     report = json.loads(paths["json"].read_text())
     assert row["served_prompt_tokens"] != row["prompt_tokens"]
     assert [(m["prompt_tokens"], m["served_prompt_tokens"]) for m in report["served_mismatches"]] == [
-        (row["prompt_tokens"], row["served_prompt_tokens"])]
+        (row["prompt_tokens"], row["served_prompt_tokens"])
+    ]
     assert any(f.startswith("Served-count audit: on 1 result rows") for f in report["findings"])
 
 
 def test_run_command_writes_the_report_at_the_end(tmp_path):
     out = tmp_path / "auto"
     with _builtins_only():
-        result = CliRunner().invoke(cli, ["run", "-t", "synthetic-memory", "-s", "truncation", "-b", str(BUDGET), "-n", "1",
-                                          "--task-option", "items=1", "--task-option", "history_tokens=300",
-                                          "--max-output-tokens", "6", "-j", "1", "-o", str(out)])
+        result = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "-t",
+                "synthetic-memory",
+                "-s",
+                "truncation",
+                "-b",
+                str(BUDGET),
+                "-n",
+                "1",
+                "--task-option",
+                "items=1",
+                "--task-option",
+                "history_tokens=300",
+                "--max-output-tokens",
+                "6",
+                "-j",
+                "1",
+                "-o",
+                str(out),
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert (out / "report" / "index.html").exists() and (out / "report" / "summary.csv").exists()
 
@@ -256,8 +309,10 @@ def test_run_command_writes_the_report_at_the_end(tmp_path):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium: apt-get install -y chromium "
-                    "(manual check in docs/reading-a-report.md)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no headless Chromium: apt-get install -y chromium (manual check in docs/reading-a-report.md)",
+)
 def test_index_renders_with_plots_in_headless_chromium(run_a, tmp_path):
     """Screenshot the report's own plots section (everything else hidden): the embedded PNGs must draw.
 
@@ -272,9 +327,21 @@ def test_index_renders_with_plots_in_headless_chromium(run_a, tmp_path):
     def shoot(html: str, name: str) -> tuple[int, int]:
         page, shot = tmp_path / f"{name}.html", tmp_path / f"{name}.png"
         page.write_text(html)
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
-                       check=True, capture_output=True, timeout=180)
+        subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--window-size=1400,1000",
+                f"--screenshot={shot}",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
         dark = np.asarray(Image.open(shot).convert("L")) < 200
         return int(dark.sum()), int(dark.any(axis=1).sum())
 

@@ -45,7 +45,9 @@ def test_graded_interval_is_never_degenerate():
     values = np.linspace(0, 1, 200)
     low, high = bounded_t(values)
     half = 1.972 * values.std(ddof=1) / math.sqrt(values.size)
-    assert low == pytest.approx(values.mean() - half, abs=0.004) and high == pytest.approx(values.mean() + half, abs=0.004)
+    assert low == pytest.approx(values.mean() - half, abs=0.004) and high == pytest.approx(
+        values.mean() + half, abs=0.004
+    )
 
 
 def test_the_issue_examples():
@@ -98,9 +100,14 @@ def _row(event, item, repeat=0, quality=None, **extra):
 
 
 def test_defect_08_item_values_average_repeats_and_never_score_errors():
-    rows = [_row("result", "a", 0, 1.0, prompt_tokens=90), _row("result", "a", 1, 0.0, prompt_tokens=80),
-            _row("violation", "b", 0, 0, prompt_tokens=120), _row("result", "b", 1, 1.0, prompt_tokens=95),
-            _row("error", "c", 0, phase="model", cause="boom"), _row("error", "c", 1, phase="model", cause="boom")]
+    rows = [
+        _row("result", "a", 0, 1.0, prompt_tokens=90),
+        _row("result", "a", 1, 0.0, prompt_tokens=80),
+        _row("violation", "b", 0, 0, prompt_tokens=120),
+        _row("result", "b", 1, 1.0, prompt_tokens=95),
+        _row("error", "c", 0, phase="model", cause="boom"),
+        _row("error", "c", 1, phase="model", cause="boom"),
+    ]
     assert item_values(rows) == {"a": 0.5, "b": 0.5}
     assert item_values(rows, admitted_only=True) == {"a": 0.5, "b": 1.0}
     summary = cell_summary(rows, binary=True, budget=100)
@@ -126,10 +133,14 @@ def test_reference_parsing():
 
 def test_report_refuses_unversioned_plugins(tmp_path):
     rows = {("t", "s", 1, 0, "i"): {"task": "t", "strategy": "s", "event": "result", "grader": {"name": "g"}}}
-    manifest = {"versions": {"budgetbench": "0.1.0", "dist-a": "1.0"},
-                "plugins_used": {"task:t": {"distribution": "dist-a", "version": "1.0"},
-                                 "strategy:s": {"distribution": "dist-a", "version": "1.0"},
-                                 "grader:g": {"distribution": "dist-a", "version": "1.0"}}}
+    manifest = {
+        "versions": {"budgetbench": "0.1.0", "dist-a": "1.0"},
+        "plugins_used": {
+            "task:t": {"distribution": "dist-a", "version": "1.0"},
+            "strategy:s": {"distribution": "dist-a", "version": "1.0"},
+            "grader:g": {"distribution": "dist-a", "version": "1.0"},
+        },
+    }
     check_versions(manifest, rows, tmp_path / "manifest.json")
     manifest["plugins_used"]["strategy:s"]["version"] = "unknown"
     with pytest.raises(ReportError, match="strategy:s"):
@@ -149,8 +160,15 @@ def test_report_of_a_directory_that_is_not_a_run(tmp_path):
 
 
 def _cell(strategy, budget, quality, low, high, violations=0):
-    return {"task": "t", "strategy": strategy, "budget": budget, "quality_all": quality,
-            "quality_all_low": low, "quality_all_high": high, "violations": violations}
+    return {
+        "task": "t",
+        "strategy": strategy,
+        "budget": budget,
+        "quality_all": quality,
+        "quality_all_low": low,
+        "quality_all_high": high,
+        "violations": violations,
+    }
 
 
 def _grids(per_cell: dict[tuple[str, int], list[float]], violations: dict[tuple[str, int], int] | None = None):
@@ -165,12 +183,21 @@ def test_crossover_only_where_paired_deltas_separate_and_ties_are_ties():
     from budgetbench_core.report.tables import crossovers
 
     ones, zeros, mixed = [1.0] * 30, [0.0] * 30, [1.0, 0.0] * 15
-    grids = _grids({("rag", 512): ones, ("recency", 512): zeros,
-                    ("rag", 1024): mixed, ("recency", 1024): ones,
-                    ("rag", 2048): ones, ("recency", 2048): ones[:29] + [0.0]})
+    grids = _grids(
+        {
+            ("rag", 512): ones,
+            ("recency", 512): zeros,
+            ("rag", 1024): mixed,
+            ("recency", 1024): ones,
+            ("rag", 2048): ones,
+            ("recency", 2048): ones[:29] + [0.0],
+        }
+    )
     notes = crossovers(grids)
-    assert notes[0] == ("t: crossover, the best strategy changes from rag at budget 512 to recency at budget 1024 "
-                        "(each distinguished from every other strategy by paired deltas).")
+    assert notes[0] == (
+        "t: crossover, the best strategy changes from rag at budget 512 to recency at budget 1024 "
+        "(each distinguished from every other strategy by paired deltas)."
+    )
     assert "t: tie (not distinguished, no best strategy) at budget 2048 (rag, recency)." in notes
     # 1024 -> 2048 is not a crossover: 2048 is a tie.
     assert sum("crossover" in n for n in notes) == 1
@@ -194,11 +221,13 @@ def test_a_three_way_tie_at_zero_is_no_crossover_and_violators_are_never_best():
 
 
 def test_latency_percentiles_only_over_rows_that_called_the_model():
-    rows = [_row("result", "a", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=False),
-            _row("result", "b", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
-            _row("result", "c", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
-            _row("result", "d", 0, 1.0, prompt_tokens=10, latency_s=1.0, cached=False),
-            _row("violation", "e", 0, 0, prompt_tokens=120)]
+    rows = [
+        _row("result", "a", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=False),
+        _row("result", "b", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
+        _row("result", "c", 0, 1.0, prompt_tokens=10, latency_s=29.6, cached=True),
+        _row("result", "d", 0, 1.0, prompt_tokens=10, latency_s=1.0, cached=False),
+        _row("violation", "e", 0, 0, prompt_tokens=120),
+    ]
     summary = cell_summary(rows, binary=True, budget=100)
     assert summary["model_calls"] == 2 and summary["cache_hits"] == 2
     assert summary["latency_p50_s"] == pytest.approx((29.6 + 1.0) / 2)  # not 29.6: the hits are not calls
@@ -207,30 +236,44 @@ def test_latency_percentiles_only_over_rows_that_called_the_model():
 def test_non_monotone_curves_are_called_out():
     from budgetbench_core.report.tables import non_monotone
 
-    summary = [_cell("rag", 512, 0.6, 0.5, 0.7), _cell("rag", 1024, 0.62, 0.52, 0.72), _cell("rag", 2048, 0.3, 0.2, 0.4),
-               _cell("recency", 512, 0.4, 0.3, 0.5), _cell("recency", 1024, 0.5, 0.4, 0.6),
-               _cell("recency", 2048, 0.7, 0.6, 0.8)]
-    assert non_monotone(summary) == [("t: rag drops from 0.620 at budget 1024 to 0.300 at budget 2048 "
-                                      "(intervals do not overlap).")]
+    summary = [
+        _cell("rag", 512, 0.6, 0.5, 0.7),
+        _cell("rag", 1024, 0.62, 0.52, 0.72),
+        _cell("rag", 2048, 0.3, 0.2, 0.4),
+        _cell("recency", 512, 0.4, 0.3, 0.5),
+        _cell("recency", 1024, 0.5, 0.4, 0.6),
+        _cell("recency", 2048, 0.7, 0.6, 0.8),
+    ]
+    assert non_monotone(summary) == [
+        ("t: rag drops from 0.620 at budget 1024 to 0.300 at budget 2048 (intervals do not overlap).")
+    ]
     summary[2] = _cell("rag", 2048, 0.55, 0.45, 0.65)
-    assert non_monotone(summary) == [("t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 "
-                                      "(intervals overlap: not distinguished).")]
+    assert non_monotone(summary) == [
+        ("t: rag drops from 0.620 at budget 1024 to 0.550 at budget 2048 (intervals overlap: not distinguished).")
+    ]
 
 
 def test_an_item_with_no_row_at_all_is_reported_missing(tmp_path):
     from budgetbench_core.report.data import RunData
     from budgetbench_core.report.tables import completeness, summary_table
 
-    rows = {("t", s, 100, 0, item): _row("result", item, 0, 1.0, strategy=s, prompt_tokens=10)
-            for s in ("a", "b") for item in ("i1", "i2")}
+    rows = {
+        ("t", s, 100, 0, item): _row("result", item, 0, 1.0, strategy=s, prompt_tokens=10)
+        for s in ("a", "b")
+        for item in ("i1", "i2")
+    }
     rows[("t", "b", 100, 0, "i2")] = _row("error", "i2", 0, strategy="b", phase="model", cause="down")
     manifest = {"selected_items": {"t": {"count": 3, "ids": ["i1", "i2", "i3"]}}, "config": {"strategies": ["a", "b"]}}
     data = RunData(tmp_path, manifest, rows)
     notes = completeness(data, summary_table(data))
     assert notes[0] == "t: 1 of the 3 selected items have no row at all (missing): i3."
-    assert notes[1].startswith("t: incomplete run, these cells have rows for fewer than the 3 items selected (manifest)")
+    assert notes[1].startswith(
+        "t: incomplete run, these cells have rows for fewer than the 3 items selected (manifest)"
+    )
     data.manifest["selected_items"]["t"]["complete"] = False  # a streamed selection cut short
-    assert any(n.startswith("t: the run stopped while its items were still") for n in completeness(data, summary_table(data)))
+    assert any(
+        n.startswith("t: the run stopped while its items were still") for n in completeness(data, summary_table(data))
+    )
     # Without the manifest's list (an older run) the missing item cannot be seen: only rows count.
     data.manifest = {"config": {"strategies": ["a", "b"]}}
     assert completeness(data, summary_table(data)) == []

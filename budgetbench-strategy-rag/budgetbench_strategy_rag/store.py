@@ -59,7 +59,9 @@ class VectorStore:
             try:
                 self.client.get_collections()
             except Exception as exc:
-                raise ValueError(f"qdrant server at {self.where} is not reachable: {type(exc).__name__}: {exc}") from exc
+                raise ValueError(
+                    f"qdrant server at {self.where} is not reachable: {type(exc).__name__}: {exc}"
+                ) from exc
 
     def has(self, name: str, points: int) -> bool:
         """Whether ``name`` already holds exactly ``points`` vectors (a complete earlier index)."""
@@ -76,7 +78,8 @@ class VectorStore:
             if self.client.collection_exists(name):
                 self.client.delete_collection(name)
             self.client.create_collection(
-                name, vectors_config=models.VectorParams(size=int(vectors.shape[1]), distance=models.Distance.COSINE))
+                name, vectors_config=models.VectorParams(size=int(vectors.shape[1]), distance=models.Distance.COSINE)
+            )
             self.client.upload_collection(name, vectors=vectors, ids=list(range(len(vectors))), wait=True)
 
     def search(self, name: str, query: np.ndarray, limit: int) -> list[tuple[int, float]]:

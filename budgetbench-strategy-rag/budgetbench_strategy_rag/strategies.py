@@ -60,17 +60,32 @@ class Rag(MemoryStrategy):
     regime = Regime.LOCAL_ONLY
     description = "Dense retrieval (sentence-transformers + embedded qdrant), whole units in rank order."
 
-    def __init__(self, model: str = DEFAULT_MODEL, chunk_tokens: int = 0, vector_store: str = MEMORY,
-                 batch_size: int = 64, device: str = "cpu", **params: Any) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        chunk_tokens: int = 0,
+        vector_store: str = MEMORY,
+        batch_size: int = 64,
+        device: str = "cpu",
+        **params: Any,
+    ) -> None:
         known = self._extra_params()
         unknown = sorted(set(params) - set(known))
         if unknown:
-            raise ValueError(f"{self.name}: unknown parameter(s) {unknown}; known: "
-                             f"{sorted(['model', 'chunk_tokens', 'vector_store', 'batch_size', 'device', *known])}")
+            raise ValueError(
+                f"{self.name}: unknown parameter(s) {unknown}; known: "
+                f"{sorted(['model', 'chunk_tokens', 'vector_store', 'batch_size', 'device', *known])}"
+            )
         chunk_tokens = _positive_int(self.name, "chunk_tokens", chunk_tokens, 0)
         batch_size = _positive_int(self.name, "batch_size", batch_size, 1)
-        super().__init__(model=str(model), chunk_tokens=chunk_tokens, vector_store=str(vector_store),
-                         batch_size=batch_size, device=str(device), **{**known, **params})
+        super().__init__(
+            model=str(model),
+            chunk_tokens=chunk_tokens,
+            vector_store=str(vector_store),
+            batch_size=batch_size,
+            device=str(device),
+            **{**known, **params},
+        )
         self.model_name = str(model)
         self.chunk_tokens = chunk_tokens
         self.batch_size = batch_size
@@ -106,8 +121,16 @@ class Rag(MemoryStrategy):
         units = make_units(history, self.chunk_tokens, embedder.tokenizer)
         work = {"index": "built", "embedded_texts": 0, "embed_s": 0.0}
         if not units:
-            return Ranked(context.item.id, None, [], [], {}, {**work, "index": "empty", "retrieve_s": 0.0},
-                          len(history), context.item.query.content)
+            return Ranked(
+                context.item.id,
+                None,
+                [],
+                [],
+                {},
+                {**work, "index": "empty", "retrieve_s": 0.0},
+                len(history),
+                context.item.query.content,
+            )
         collection = self._collection(units, history)
         if self.store.persistent and self.store.has(collection, len(units)):
             work["index"] = "reused"
@@ -123,8 +146,9 @@ class Rag(MemoryStrategy):
         work.update(embedded_texts=work["embedded_texts"] + 1, retrieve_s=time.perf_counter() - started)
         return Ranked(context.item.id, collection, units, order, scores, work, len(history), context.item.query.content)
 
-    def _score(self, units: Sequence[Unit], dense: dict[int, float], context: StrategyContext,
-               history: Sequence[Message]) -> dict[int, dict[str, float]]:
+    def _score(
+        self, units: Sequence[Unit], dense: dict[int, float], context: StrategyContext, history: Sequence[Message]
+    ) -> dict[int, dict[str, float]]:
         """Each unit's ranking score (``score``) and its parts, for the audit."""
         return {i: {"score": dense[i]} for i in range(len(units))}
 
@@ -141,11 +165,19 @@ class Rag(MemoryStrategy):
         assert ranked is not None
         fill = fill_budget(ranked.order, ranked.units, history, budget, context)
         context.audit["retrieval"] = {
-            "strategy": self.name, "embedding_model": self.identity["name"], "units": len(ranked.units),
+            "strategy": self.name,
+            "embedding_model": self.identity["name"],
+            "units": len(ranked.units),
             "chunk_tokens": self.chunk_tokens,
             **(ranked.work if fresh else {"index": "kept", "embedded_texts": 0, "embed_s": 0.0, "retrieve_s": 0.0}),
-            "chosen": [{"unit": ranked.units[ranked.order[p]].label, "rank": p,
-                        **{k: round(v, 5) for k, v in ranked.scores[ranked.order[p]].items()}} for p in fill.chosen],
+            "chosen": [
+                {
+                    "unit": ranked.units[ranked.order[p]].label,
+                    "rank": p,
+                    **{k: round(v, 5) for k, v in ranked.scores[ranked.order[p]].items()},
+                }
+                for p in fill.chosen
+            ],
             "skipped_for_size": fill.skipped,
         }
         return fill.messages
@@ -163,9 +195,11 @@ class LeanRetrieval(Rag):
     name = "lean_retrieval"
     description = "Hybrid dense + BM25 + recency ranking (weights 0.6/0.3/0.1), whole units in rank order."
     # read from **params, so declared for `budgetbench describe` and the parameter check
-    parameters = {"w_dense": Param(0.6, "weight of the dense similarity"),
-                  "w_lexical": Param(0.3, "weight of the BM25 score"),
-                  "w_recency": Param(0.1, "weight of the position in the history (newest 1)")}
+    parameters = {
+        "w_dense": Param(0.6, "weight of the dense similarity"),
+        "w_lexical": Param(0.3, "weight of the BM25 score"),
+        "w_recency": Param(0.1, "weight of the position in the history (newest 1)"),
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -191,8 +225,11 @@ class LeanRetrieval(Rag):
         last = max(len(history) - 1, 1)
         scores = {}
         for i, unit in enumerate(units):
-            parts = {"dense": float(dense_part[i]), "lexical": float(lexical_part[i]),
-                     "recency": unit.message_index / last}
+            parts = {
+                "dense": float(dense_part[i]),
+                "lexical": float(lexical_part[i]),
+                "recency": unit.message_index / last,
+            }
             scores[i] = {"score": sum(self.weights[k] * v for k, v in parts.items()), **parts}
         return scores
 

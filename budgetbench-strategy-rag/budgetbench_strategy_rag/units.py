@@ -34,8 +34,7 @@ class Unit:
 
 def split_text(text: str, chunk_tokens: int, tokenizer: Any) -> list[str]:
     """``text`` cut every ``chunk_tokens`` tokens; the pieces concatenate back to ``text``."""
-    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
-                        verbose=False)["offset_mapping"]
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
     starts = [offsets[i][0] for i in range(chunk_tokens, len(offsets), chunk_tokens)]
     bounds = [0, *starts, len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a] or [text]
@@ -76,7 +75,11 @@ def assemble(chosen: Sequence[Unit], history: Sequence[Message]) -> list[Message
         elif len(group) == 1:
             messages.append(unit_message(group[0], history))
         else:
-            messages.append(Message(source.role, "".join(u.text for u in group),
-                                    {**source.metadata, "chunks": [u.chunk for u in group],
-                                     "of_chunks": group[0].chunks}))
+            messages.append(
+                Message(
+                    source.role,
+                    "".join(u.text for u in group),
+                    {**source.metadata, "chunks": [u.chunk for u in group], "of_chunks": group[0].chunks},
+                )
+            )
     return messages

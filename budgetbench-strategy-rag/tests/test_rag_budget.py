@@ -52,7 +52,8 @@ def check_sweep(strategy, item, counter, tmp_path, whole_messages: bool):
         audit = context.audit["retrieval"]
         units_seen.add(audit["units"])
         assert len(audit["chosen"]) >= len(kept) and [c["rank"] for c in audit["chosen"]] == sorted(
-            c["rank"] for c in audit["chosen"])
+            c["rank"] for c in audit["chosen"]
+        )
         if whole_messages:
             assert all(m is item.history[position(m)] for m in kept), "a message was altered or cut"
             room = budget - tokens

@@ -41,19 +41,24 @@ def test_rag_describe_names_embedding_model_and_version():
     assert described["params"]["chunk_tokens"] == 128
     assert described["regime"] == "local-only"
     lean = rag_support.strategy("lean_retrieval").describe()
-    assert lean["params"]["w_dense"] == 0.6 and lean["params"]["w_lexical"] == 0.3 and lean["params"]["w_recency"] == 0.1
+    assert (
+        lean["params"]["w_dense"] == 0.6 and lean["params"]["w_lexical"] == 0.3 and lean["params"]["w_recency"] == 0.1
+    )
 
 
-@pytest.mark.parametrize(("name", "params", "message"), [
-    ("rag", {"chunk_size": 256}, "unknown parameter(s) ['chunk_size']"),
-    ("rag", {"chunk_tokens": -5}, "chunk_tokens must be an integer >= 0"),
-    ("rag", {"chunk_tokens": "big"}, "chunk_tokens must be an integer >= 0"),
-    ("rag", {"batch_size": 0}, "batch_size must be an integer >= 1"),
-    ("rag", {"vector_store": "/tmp/qdrant"}, "vector_store must be ':memory:', 'path=DIR' or 'url="),
-    ("lean_retrieval", {"w_lexical": "high"}, "w_lexical must be a number"),
-    ("lean_retrieval", {"w_dense": 0, "w_lexical": 0, "w_recency": 0}, "at least one of"),
-    ("rag", {"w_dense": 1.0}, "unknown parameter(s) ['w_dense']"),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("rag", {"chunk_size": 256}, "unknown parameter(s) ['chunk_size']"),
+        ("rag", {"chunk_tokens": -5}, "chunk_tokens must be an integer >= 0"),
+        ("rag", {"chunk_tokens": "big"}, "chunk_tokens must be an integer >= 0"),
+        ("rag", {"batch_size": 0}, "batch_size must be an integer >= 1"),
+        ("rag", {"vector_store": "/tmp/qdrant"}, "vector_store must be ':memory:', 'path=DIR' or 'url="),
+        ("lean_retrieval", {"w_lexical": "high"}, "w_lexical must be a number"),
+        ("lean_retrieval", {"w_dense": 0, "w_lexical": 0, "w_recency": 0}, "at least one of"),
+        ("rag", {"w_dense": 1.0}, "unknown parameter(s) ['w_dense']"),
+    ],
+)
 def test_rag_bad_parameters_are_named(name, params, message):
     with pytest.raises(ValueError) as error:
         rag_support.strategy(name, **params)
@@ -90,8 +95,10 @@ def test_rag_chunks_join_back_to_the_message(tokenizer, text, chunk):
 
 
 def test_rag_chunking_keeps_roles_metadata_and_reassembles_exactly(tokenizer):
-    history = [Message("user", "I adopted a grey cat named Pixel last spring. " * 6, {"session_id": "a", "turn": 0}),
-               Message("assistant", "Congratulations on Pixel!", {"session_id": "a", "turn": 1})]
+    history = [
+        Message("user", "I adopted a grey cat named Pixel last spring. " * 6, {"session_id": "a", "turn": 0}),
+        Message("assistant", "Congratulations on Pixel!", {"session_id": "a", "turn": 1}),
+    ]
     units = make_units(history, 16, tokenizer)
     assert [u.message_index for u in units].count(0) > 1 and units[-1].chunks == 1
     assert assemble(units, history) == history

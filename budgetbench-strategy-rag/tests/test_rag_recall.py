@@ -23,8 +23,10 @@ import rag_support  # noqa: E402
 BUDGET = 4096
 ITEMS = int(os.environ.get("BUDGETBENCH_RAG_RECALL_ITEMS", "4"))
 # Recall we measured (bench_rag.py, same selection): {selection size: {strategy: floor}}.
-FLOORS = {4: {"rag": 1.0, "lean_retrieval": 1.0},  # 4/4 and 4/4
-          56: {"rag": 0.95, "lean_retrieval": 0.97}}  # 47/49 and 48/49 (49 questions have has_answer turns)
+FLOORS = {
+    4: {"rag": 1.0, "lean_retrieval": 1.0},  # 4/4 and 4/4
+    56: {"rag": 0.95, "lean_retrieval": 0.97},
+}  # 47/49 and 48/49 (49 questions have has_answer turns)
 
 
 @pytest.mark.slow
@@ -47,6 +49,8 @@ def test_rag_gold_evidence_recall_at_4096(counter, tmp_path):
                 hits[name].append(hit)
     for name, found in hits.items():
         recall = sum(found) / len(found)
-        print(f"{name}: gold evidence in the {BUDGET}-token prompt for {sum(found)}/{len(found)} questions ({recall:.0%})")
+        print(
+            f"{name}: gold evidence in the {BUDGET}-token prompt for {sum(found)}/{len(found)} questions ({recall:.0%})"
+        )
         assert len(found) >= ITEMS * 3 // 4, "most selected questions have has_answer turns"
         assert recall >= FLOORS[ITEMS][name], name

@@ -125,9 +125,27 @@ def test_rag_through_the_cli_embeds_once_per_item(tmp_path):
 
     out = tmp_path / "run"
     result = invoke_cli(
-        "run", "-t", "synthetic-memory", "-s", "rag", "-b", "512 1024", "-n", "2", "-j", "2", "-o", str(out),
-        "--task-option", "items=2", "--task-option", "history_tokens=2000",
-        "--strategy-param", "rag.chunk_tokens=64", "--no-report")
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "rag",
+        "-b",
+        "512 1024",
+        "-n",
+        "2",
+        "-j",
+        "2",
+        "-o",
+        str(out),
+        "--task-option",
+        "items=2",
+        "--task-option",
+        "history_tokens=2000",
+        "--strategy-param",
+        "rag.chunk_tokens=64",
+        "--no-report",
+    )
     assert result.exit_code == 0, result.output
     manifest = read_manifest(out)
     described = manifest["strategies"]["rag"]

@@ -30,11 +30,15 @@ def main() -> None:
         plain = sum(tokenizer.count_text(MARKER.sub("", m.content)) for m in item.history)
         shares.append((marked - plain) / plain)
         totals.append(marked)
-        print(f"{item.id:<16} {item.category:<26} {len(item.history):>4} messages {plain:>7} tokens "
-              f"+{marked - plain:>5} for markers ({100 * (marked - plain) / plain:.1f}%)")
-    print(f"{len(shares)} questions from {path.name}: history {statistics.mean(totals):.0f} tokens on average "
-          f"(content only, {tokenizer.info.id}); markers add {100 * statistics.mean(shares):.1f}% on average "
-          f"(min {100 * min(shares):.1f}%, max {100 * max(shares):.1f}%)")
+        print(
+            f"{item.id:<16} {item.category:<26} {len(item.history):>4} messages {plain:>7} tokens "
+            f"+{marked - plain:>5} for markers ({100 * (marked - plain) / plain:.1f}%)"
+        )
+    print(
+        f"{len(shares)} questions from {path.name}: history {statistics.mean(totals):.0f} tokens on average "
+        f"(content only, {tokenizer.info.id}); markers add {100 * statistics.mean(shares):.1f}% on average "
+        f"(min {100 * min(shares):.1f}%, max {100 * max(shares):.1f}%)"
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,14 @@ from .loader import QUESTION_TYPES
 from .metrics import summarize
 
 CEILING_ARMS = frozenset({"full_context"})  # the whole history, no memory choice: reported as the ceiling
-_SHORT = {"single-session-user": "SSU", "single-session-assistant": "SSA", "single-session-preference": "SSP",
-          "multi-session": "MS", "temporal-reasoning": "TR", "knowledge-update": "KU"}
+_SHORT = {
+    "single-session-user": "SSU",
+    "single-session-assistant": "SSA",
+    "single-session-preference": "SSP",
+    "multi-session": "MS",
+    "temporal-reasoning": "TR",
+    "knowledge-update": "KU",
+}
 
 
 def ingest_drops(rows: dict[tuple, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -50,8 +56,10 @@ def export(run_dir: Path, out: Path, task: str = "longmemeval") -> dict[str, Any
         raise ValueError(f"{run_dir / 'manifest.json'}: missing; is {run_dir} a budgetbench run directory?")
     rows = {key: row for key, row in final_rows(run_dir).items() if key[0] == task}
     if not rows:
-        raise ValueError(f"{run_dir}: no {task!r} rows to export (tasks in this run: "
-                         f"{sorted({k[0] for k in final_rows(run_dir)}) or 'none'})")
+        raise ValueError(
+            f"{run_dir}: no {task!r} rows to export (tasks in this run: "
+            f"{sorted({k[0] for k in final_rows(run_dir)}) or 'none'})"
+        )
     questions = sorted({key[4] for key in rows})
     dropped = ingest_drops(rows)
     cells: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -80,11 +88,28 @@ def export(run_dir: Path, out: Path, task: str = "longmemeval") -> dict[str, Any
         path = out / "hypotheses" / strategy / str(budget) / f"r{repeat}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-        summaries.append({"strategy": strategy, "budget": budget, "repeat": repeat, "ceiling": strategy in CEILING_ARMS,
-                          "hypothesis_file": str(path.relative_to(out)), "hypotheses": len(lines),
-                          "violations": violations, "excluded": excluded, "missing": missing, **summarize(graded)})
-    summary = {"run_dir": str(run_dir), "task": task, "grader": manifest.get("grader"),
-               "questions": len(questions), "dropped_for_ingest_loss": dropped, "cells": summaries}
+        summaries.append(
+            {
+                "strategy": strategy,
+                "budget": budget,
+                "repeat": repeat,
+                "ceiling": strategy in CEILING_ARMS,
+                "hypothesis_file": str(path.relative_to(out)),
+                "hypotheses": len(lines),
+                "violations": violations,
+                "excluded": excluded,
+                "missing": missing,
+                **summarize(graded),
+            }
+        )
+    summary = {
+        "run_dir": str(run_dir),
+        "task": task,
+        "grader": manifest.get("grader"),
+        "questions": len(questions),
+        "dropped_for_ingest_loss": dropped,
+        "cells": summaries,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     return summary
@@ -97,17 +122,34 @@ def _pct(value: float | None) -> str:
 def summary_table(summary: dict[str, Any]) -> Table:
     grader = (summary.get("grader") or {}).get("name", "?")
     table = Table(title=f"LongMemEval accuracy (%), grader {grader}; 95% Wilson intervals in summary.json")
-    for column in ("arm", "budget", "r", "n", "overall [95% CI]", "task-avg", "abstention",
-                   *(_SHORT[t] for t in QUESTION_TYPES), "viol.", "excl."):
+    for column in (
+        "arm",
+        "budget",
+        "r",
+        "n",
+        "overall [95% CI]",
+        "task-avg",
+        "abstention",
+        *(_SHORT[t] for t in QUESTION_TYPES),
+        "viol.",
+        "excl.",
+    ):
         table.add_column(column)
     for cell in summary["cells"]:
         overall = cell["overall"]
         interval = "" if overall["n"] == 0 else f" [{_pct(overall['low'])}, {_pct(overall['high'])}]"
-        table.add_row(cell["strategy"] + (" (ceiling)" if cell["ceiling"] else ""), str(cell["budget"]),
-                      str(cell["repeat"]), str(overall["n"]), _pct(overall["accuracy"]) + interval,
-                      _pct(cell["task_averaged"]), _pct(cell["abstention"]["accuracy"]),
-                      *(_pct(cell["per_type"][t]["accuracy"]) for t in QUESTION_TYPES),
-                      str(cell["violations"]), str(len(cell["excluded"])))
+        table.add_row(
+            cell["strategy"] + (" (ceiling)" if cell["ceiling"] else ""),
+            str(cell["budget"]),
+            str(cell["repeat"]),
+            str(overall["n"]),
+            _pct(overall["accuracy"]) + interval,
+            _pct(cell["task_averaged"]),
+            _pct(cell["abstention"]["accuracy"]),
+            *(_pct(cell["per_type"][t]["accuracy"]) for t in QUESTION_TYPES),
+            str(cell["violations"]),
+            str(len(cell["excluded"])),
+        )
     return table
 
 
@@ -119,8 +161,13 @@ def register_commands(cli):
 
     @longmemeval.command("export")
     @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-    @click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
-                  help="Output folder (default RUN_DIR/longmemeval).")
+    @click.option(
+        "--out",
+        "-o",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Output folder (default RUN_DIR/longmemeval).",
+    )
     @click.option("--task", default="longmemeval", show_default=True, help="Task name in the run.")
     def export_command(run_dir, out, task):
         """Write hypotheses/<arm>/<budget>/r<k>.jsonl (question_id, hypothesis) and summary.json."""
@@ -129,6 +176,8 @@ def register_commands(cli):
         console = Console()
         console.print(summary_table(summary))
         for qid, arms in summary["dropped_for_ingest_loss"].items():
-            console.print(f"dropped for every arm (ingest loss): {qid}: "
-                          + "; ".join(f"{a['strategy']}: {a['cause']}" for a in arms))
+            console.print(
+                f"dropped for every arm (ingest loss): {qid}: "
+                + "; ".join(f"{a['strategy']}: {a['cause']}" for a in arms)
+            )
         console.print(f"hypothesis files and summary.json written to {out}")

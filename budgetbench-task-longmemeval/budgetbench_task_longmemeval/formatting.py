@@ -51,8 +51,9 @@ def unique_session_ids(ids: list[str]) -> list[str]:
 
 def to_item(record: dict[str, Any], path: Path, index: int) -> Item:
     """The Item for one checked record."""
-    sessions = list(zip(record["haystack_dates"], unique_session_ids(record["haystack_session_ids"]),
-                        record["haystack_sessions"]))
+    sessions = list(
+        zip(record["haystack_dates"], unique_session_ids(record["haystack_session_ids"]), record["haystack_sessions"])
+    )
     sessions.sort(key=lambda s: parse_date(s[0]))  # stable: equal dates keep file order
     history: list[Message] = []
     for number, (date, sid, turns) in enumerate(sessions, start=1):
@@ -60,8 +61,13 @@ def to_item(record: dict[str, Any], path: Path, index: int) -> Item:
             content = turn["content"]
             if turn["role"] == "user" or position == 0:
                 content = f"{session_header(number, date)} {content}"
-            metadata = {"session_id": sid, "timestamp": date, "session_number": number, "turn": position,
-                        "has_answer": bool(turn.get("has_answer", False))}
+            metadata = {
+                "session_id": sid,
+                "timestamp": date,
+                "session_number": number,
+                "turn": position,
+                "has_answer": bool(turn.get("has_answer", False)),
+            }
             if metadata["has_answer"] and turn["content"].strip():
                 # evidence recall (budgetbench_core.evidence): the turn's own text must reach the prompt
                 metadata.update({EVIDENCE_KEY: turn["content"], EVIDENCE_ID_KEY: f"{sid}:{position}"})

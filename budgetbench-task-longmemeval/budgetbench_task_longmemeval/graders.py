@@ -28,8 +28,10 @@ def _question_fields(item) -> tuple[str, str, bool]:
     try:
         return item.metadata["question"], item.metadata["question_type"], bool(item.metadata["abstention"])
     except KeyError as exc:
-        raise ValueError(f"item {item.id!r} is not a longmemeval item (metadata has no {exc}); "
-                         f"LongMemEval graders only grade the longmemeval task") from None
+        raise ValueError(
+            f"item {item.id!r} is not a longmemeval item (metadata has no {exc}); "
+            f"LongMemEval graders only grade the longmemeval task"
+        ) from None
 
 
 class LongMemEvalJudge(Grader):
@@ -40,9 +42,13 @@ class LongMemEvalJudge(Grader):
 
     def grade(self, item, prediction, context):
         question, question_type, abstention = _question_fields(item)
-        detail = {"judge_model": context.judge_model, "prompt_version": PROMPT_VERSION,
-                  "prompt": prompt_kind(question_type, abstention), "question_type": question_type,
-                  "abstention": abstention}
+        detail = {
+            "judge_model": context.judge_model,
+            "prompt_version": PROMPT_VERSION,
+            "prompt": prompt_kind(question_type, abstention),
+            "question_type": question_type,
+            "abstention": abstention,
+        }
         if not prediction.strip():
             return Verdict(0.0, {**detail, "raw_verdict": None, "label": False, "skipped": "empty prediction"})
         prompt = judge_prompt(question_type, question, item.answer, prediction, abstention)
@@ -53,13 +59,30 @@ class LongMemEvalJudge(Grader):
 
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation})
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NUMBERS = {word: str(value) for value, word in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+_NUMBERS = {
+    word: str(value)
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+}
 ABSTAIN_PHRASES = (
-    "not enough information", "no information", "not mentioned", "never mentioned", "did not mention",
-    "didn t mention", "do not know", "don t know", "cannot answer", "can t answer", "unable to answer",
-    "not provided", "not specified", "unknown", "no record", "not sure",
+    "not enough information",
+    "no information",
+    "not mentioned",
+    "never mentioned",
+    "did not mention",
+    "didn t mention",
+    "do not know",
+    "don t know",
+    "cannot answer",
+    "can t answer",
+    "unable to answer",
+    "not provided",
+    "not specified",
+    "unknown",
+    "no record",
+    "not sure",
 )
 
 
@@ -83,8 +106,12 @@ class LongMemEvalMatch(Grader):
     def grade(self, item, prediction, context):
         _, question_type, abstention = _question_fields(item)
         got = normalize(prediction)
-        detail = {"normalized_prediction": got, "question_type": question_type, "abstention": abstention,
-                  "applicable": True}
+        detail = {
+            "normalized_prediction": got,
+            "question_type": question_type,
+            "abstention": abstention,
+            "applicable": True,
+        }
         if not got:
             return Verdict(0.0, {**detail, "reason": "empty prediction"})
         if abstention:

@@ -83,14 +83,18 @@ def check_record(path: Path, index: int, record: Any) -> dict[str, Any]:
     try:
         parse_date(record["question_date"])
     except ValueError:
-        raise fail("question_date", f"must look like '2023/05/20 (Sat) 02:21', got {record['question_date']!r}") from None
+        raise fail(
+            "question_date", f"must look like '2023/05/20 (Sat) 02:21', got {record['question_date']!r}"
+        ) from None
     sessions, dates, ids = (record.get(f) for f in ("haystack_sessions", "haystack_dates", "haystack_session_ids"))
     for field, value in (("haystack_sessions", sessions), ("haystack_dates", dates), ("haystack_session_ids", ids)):
         if not isinstance(value, list):
             raise fail(field, f"must be a list, got {type(value).__name__}")
     if not len(sessions) == len(dates) == len(ids):
-        raise fail("haystack_sessions", f"has {len(sessions)} sessions but {len(dates)} haystack_dates and "
-                   f"{len(ids)} haystack_session_ids")
+        raise fail(
+            "haystack_sessions",
+            f"has {len(sessions)} sessions but {len(dates)} haystack_dates and {len(ids)} haystack_session_ids",
+        )
     for s, (session, date, sid) in enumerate(zip(sessions, dates, ids)):
         if not isinstance(sid, str) or not sid:
             raise fail(f"haystack_session_ids[{s}]", "must be a non-empty string")

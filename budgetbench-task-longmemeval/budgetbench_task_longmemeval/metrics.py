@@ -42,8 +42,9 @@ def summarize(graded: Iterable[tuple[str, str, float]]) -> dict:
     every: list[int] = []
     for question_id, question_type, quality in graded:
         if quality not in (0, 1):
-            raise ValueError(f"question {question_id!r}: quality {quality} is not binary; LongMemEval accuracy "
-                             f"needs a binary grader")
+            raise ValueError(
+                f"question {question_id!r}: quality {quality} is not binary; LongMemEval accuracy needs a binary grader"
+            )
         label = int(quality)
         by_type.setdefault(question_type, []).append(label)
         every.append(label)

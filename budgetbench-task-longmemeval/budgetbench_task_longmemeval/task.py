@@ -44,8 +44,12 @@ class LongMemEval(Task):
             yield to_item(record, self.path, index)
 
     def manifest_notes(self) -> dict[str, Any]:
-        return {**super().manifest_notes(), "file": str(self.path), "file_sha256": file_sha256(self.path),
-                "selection": "round-robin across question types, shuffled with the run seed"}
+        return {
+            **super().manifest_notes(),
+            "file": str(self.path),
+            "file_sha256": file_sha256(self.path),
+            "selection": "round-robin across question types, shuffled with the run seed",
+        }
 
 
 @hookimpl
@@ -55,6 +59,12 @@ def register_tasks(register):
 
 @hookimpl
 def register_datasets(register):
-    register(Dataset("longmemeval", "xiaowu0162/longmemeval", "longmemeval",
-                     {"longmemeval_oracle.json": "longmemeval_oracle.json", "longmemeval_s.json": "longmemeval_s.json"},
-                     "LongMemEval oracle and S splits (the task's default files)"))
+    register(
+        Dataset(
+            "longmemeval",
+            "xiaowu0162/longmemeval",
+            "longmemeval",
+            {"longmemeval_oracle.json": "longmemeval_oracle.json", "longmemeval_s.json": "longmemeval_s.json"},
+            "LongMemEval oracle and S splits (the task's default files)",
+        )
+    )

@@ -37,7 +37,8 @@ def test_every_turn_is_kept_in_date_order_with_its_session_metadata(records, ite
         evidence = {m.metadata["session_id"] for m in item.history if m.metadata["has_answer"]}
         assert evidence <= set(record["answer_session_ids"])
         assert sum(m.metadata["has_answer"] for m in item.history) == sum(
-            bool(t.get("has_answer")) for s in record["haystack_sessions"] for t in s)
+            bool(t.get("has_answer")) for s in record["haystack_sessions"] for t in s
+        )
 
 
 def test_headers_carry_number_and_date_on_user_turns_and_session_starts(items):

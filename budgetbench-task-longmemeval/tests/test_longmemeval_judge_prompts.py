@@ -10,8 +10,10 @@ import hashlib
 import pytest
 from budgetbench_task_longmemeval.judge_prompts import JUDGE_MAX_TOKENS, TEMPLATES, judge_prompt, read_verdict
 
-OPENING = "I will give you a question, a correct answer, and a response from a model. Please answer yes if the " \
-          "response contains the correct answer. Otherwise, answer no."
+OPENING = (
+    "I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+    "response contains the correct answer. Otherwise, answer no."
+)
 STEPS = "If the response is equivalent to the correct answer or contains all the intermediate steps"
 GRADED_END = "Is the model response correct? Answer yes or no only."
 PINS = {
@@ -39,8 +41,9 @@ def test_fact_questions_use_the_plain_correct_answer_prompt(question_type):
     prompt = judge_prompt(question_type, "Where do I work?", "Acme", "You work at Acme.", False)
     assert prompt.startswith(OPENING) and STEPS in prompt and prompt.endswith(GRADED_END)
     assert "off-by-one" not in prompt and "updated answer" not in prompt
-    assert fields_in_order(prompt, ("Question", "Where do I work?"), ("Correct Answer", "Acme"),
-                           ("Model Response", "You work at Acme."))
+    assert fields_in_order(
+        prompt, ("Question", "Where do I work?"), ("Correct Answer", "Acme"), ("Model Response", "You work at Acme.")
+    )
     assert pin(question_type) == PINS[question_type]
 
 
@@ -49,8 +52,9 @@ def test_temporal_reasoning_allows_off_by_one_day_counts():
     assert prompt.startswith(OPENING) and STEPS in prompt
     assert "do not penalize off-by-one errors for the number of days" in prompt
     assert "predicting 19 days when the answer is 18" in prompt
-    assert fields_in_order(prompt, ("Question", "How many days ago?"), ("Correct Answer", "18"),
-                           ("Model Response", "19 days"))
+    assert fields_in_order(
+        prompt, ("Question", "How many days ago?"), ("Correct Answer", "18"), ("Model Response", "19 days")
+    )
     assert pin("temporal-reasoning") == PINS["temporal-reasoning"]
 
 
@@ -63,12 +67,17 @@ def test_knowledge_update_accepts_earlier_information_with_the_updated_answer():
 
 
 def test_preference_is_judged_against_a_rubric():
-    prompt = judge_prompt("single-session-preference", "Any dinner ideas?", "The user prefers vegan food.",
-                          "Try a chickpea curry.", False)
+    prompt = judge_prompt(
+        "single-session-preference", "Any dinner ideas?", "The user prefers vegan food.", "Try a chickpea curry.", False
+    )
     assert prompt.startswith("I will give you a question, a rubric for desired personalized response")
     assert "recalls and utilizes the user's personal information correctly" in prompt
-    assert fields_in_order(prompt, ("Question", "Any dinner ideas?"), ("Rubric", "The user prefers vegan food."),
-                           ("Model Response", "Try a chickpea curry."))
+    assert fields_in_order(
+        prompt,
+        ("Question", "Any dinner ideas?"),
+        ("Rubric", "The user prefers vegan food."),
+        ("Model Response", "Try a chickpea curry."),
+    )
     assert "Correct Answer:" not in prompt and prompt.endswith(GRADED_END)
     assert pin("single-session-preference") == PINS["single-session-preference"]
 
@@ -77,8 +86,12 @@ def test_preference_is_judged_against_a_rubric():
 def test_abstention_questions_use_the_unanswerable_prompt_whatever_their_type(question_type):
     prompt = judge_prompt(question_type, "What is my cat's name?", "You never mentioned a cat.", "I don't know.", True)
     assert prompt.startswith("I will give you an unanswerable question, an explanation")
-    assert fields_in_order(prompt, ("Question", "What is my cat's name?"), ("Explanation", "You never mentioned a cat."),
-                           ("Model Response", "I don't know."))
+    assert fields_in_order(
+        prompt,
+        ("Question", "What is my cat's name?"),
+        ("Explanation", "You never mentioned a cat."),
+        ("Model Response", "I don't know."),
+    )
     assert prompt.endswith("Does the model correctly identify the question as unanswerable? Answer yes or no only.")
     assert pin(question_type, abstention=True) == "8d95193b43d8c0b0"
 
@@ -94,8 +107,18 @@ def test_braces_in_user_text_are_not_format_fields():
     assert "Question: What is {name}?" in prompt and "Correct Answer: {0}" in prompt
 
 
-@pytest.mark.parametrize("reply, label", [("Yes", True), ("yes.", True), (" YES, it is", True), ("No", False),
-                                          ("no, the answer is wrong", False), ("", False), ("eyes", True)])
+@pytest.mark.parametrize(
+    "reply, label",
+    [
+        ("Yes", True),
+        ("yes.", True),
+        (" YES, it is", True),
+        ("No", False),
+        ("no, the answer is wrong", False),
+        ("", False),
+        ("eyes", True),
+    ],
+)
 def test_verdict_is_yes_anywhere_in_the_lower_cased_reply(reply, label):
     assert read_verdict(reply) is label
     assert JUDGE_MAX_TOKENS == 10

@@ -14,8 +14,10 @@ DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmem
 SAMPLE = DATA / "longmemeval_s_sample.json"
 ORACLE = DATA / "longmemeval_oracle.json"
 
-pytestmark = pytest.mark.skipif(not SAMPLE.is_file() or not ORACLE.is_file(),
-                                reason=f"LongMemEval data not found in {DATA} (see ../shared/data/README.md)")
+pytestmark = pytest.mark.skipif(
+    not SAMPLE.is_file() or not ORACLE.is_file(),
+    reason=f"LongMemEval data not found in {DATA} (see ../shared/data/README.md)",
+)
 
 
 def test_all_records_of_the_official_files_load():
@@ -63,16 +65,19 @@ def _broken_copy(tmp_path, index, change):
     return path, records[index]["question_id"]
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda r: r.pop("question_date"), "'question_date'"),
-    (lambda r: r.update(question_type="open-domain"), "'question_type'"),
-    (lambda r: r.update(answer=None), "'answer'"),
-    (lambda r: r["haystack_dates"].pop(), "'haystack_sessions'"),
-    (lambda r: r["haystack_dates"].__setitem__(0, "May 20"), "'haystack_dates[0]'"),
-    (lambda r: r["haystack_sessions"][0][1].update(role="bot"), "'haystack_sessions[0][1].role'"),
-    (lambda r: r["haystack_sessions"][0][0].pop("content"), "'haystack_sessions[0][0].content'"),
-    (lambda r: r["haystack_sessions"][0][0].update(has_answer="yes"), "'haystack_sessions[0][0].has_answer'"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda r: r.pop("question_date"), "'question_date'"),
+        (lambda r: r.update(question_type="open-domain"), "'question_type'"),
+        (lambda r: r.update(answer=None), "'answer'"),
+        (lambda r: r["haystack_dates"].pop(), "'haystack_sessions'"),
+        (lambda r: r["haystack_dates"].__setitem__(0, "May 20"), "'haystack_dates[0]'"),
+        (lambda r: r["haystack_sessions"][0][1].update(role="bot"), "'haystack_sessions[0][1].role'"),
+        (lambda r: r["haystack_sessions"][0][0].pop("content"), "'haystack_sessions[0][0].content'"),
+        (lambda r: r["haystack_sessions"][0][0].update(has_answer="yes"), "'haystack_sessions[0][0].has_answer'"),
+    ],
+)
 def test_malformed_record_names_file_record_id_and_field(tmp_path, change, field):
     path, qid = _broken_copy(tmp_path, 3, change)
     with pytest.raises(TaskDataError) as caught:

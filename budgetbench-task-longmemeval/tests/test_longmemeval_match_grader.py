@@ -26,8 +26,11 @@ def items():
 
 
 def first(items, question_type, abstention=False, answer_type=str):
-    return next(i for i in items.values() if i.category == question_type and i.metadata["abstention"] == abstention
-                and isinstance(i.answer, answer_type))
+    return next(
+        i
+        for i in items.values()
+        if i.category == question_type and i.metadata["abstention"] == abstention and isinstance(i.answer, answer_type)
+    )
 
 
 def test_answer_inside_a_short_prediction_is_correct(items):

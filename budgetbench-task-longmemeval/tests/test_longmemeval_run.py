@@ -27,8 +27,11 @@ from budgetbench_core.testing import invoke_cli, registry_with
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
 ORACLE = DATA / "longmemeval_oracle.json"
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400),
-              pytest.mark.skipif(not ORACLE.is_file(), reason=f"LongMemEval data not found in {DATA}")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+    pytest.mark.skipif(not ORACLE.is_file(), reason=f"LongMemEval data not found in {DATA}"),
+]
 
 ARM = "lme-test-word-memory"
 BUDGET = 512  # small: prompt processing on a shared 2-core machine is slow
@@ -59,8 +62,9 @@ class WordMemory(MemorySystem):
 
     def retrieve(self, query, context):
         words = set(query.lower().split())
-        scored = sorted(((len(words & set(text.lower().split())), sid, text) for sid, text in self.stored),
-                        key=lambda s: -s[0])
+        scored = sorted(
+            ((len(words & set(text.lower().split())), sid, text) for sid, text in self.stored), key=lambda s: -s[0]
+        )
         return [RetrievedItem(text, float(score), sid) for score, sid, text in scored[:40]]
 
 
@@ -77,12 +81,27 @@ def finished_run(tmp_path_factory):
     fail_session = items[0].sessions()[0].id
     registry = registry_with(WordMemoryPlugin(), distribution="lme-test-memory")
     out = tmp_path_factory.mktemp("lme-run")
-    config = RunConfig(task="longmemeval", strategies=["truncation", "full_context", ARM], out=out, budgets=[BUDGET],
-                       task_options={"path": str(ORACLE)}, strategy_params={ARM: {"fail_session": fail_session}},
-                       limit=2, max_concurrency=1, timeout_s=600, retries=1)
+    config = RunConfig(
+        task="longmemeval",
+        strategies=["truncation", "full_context", ARM],
+        out=out,
+        budgets=[BUDGET],
+        task_options={"path": str(ORACLE)},
+        strategy_params={ARM: {"fail_session": fail_session}},
+        limit=2,
+        max_concurrency=1,
+        timeout_s=600,
+        retries=1,
+    )
     summary = run(config, registry=registry)
-    return {"out": out, "summary": summary, "rows": final_rows(out), "lost": lost_question, "kept": kept_question,
-            "fail_session": fail_session}
+    return {
+        "out": out,
+        "summary": summary,
+        "rows": final_rows(out),
+        "lost": lost_question,
+        "kept": kept_question,
+        "fail_session": fail_session,
+    }
 
 
 def row(finished, strategy, question):
@@ -132,15 +151,23 @@ def test_export_drops_the_lost_question_for_every_arm_and_lists_it(finished_run,
     assert list(summary["dropped_for_ingest_loss"]) == [finished_run["lost"]]
     assert summary["dropped_for_ingest_loss"][finished_run["lost"]][0]["strategy"] == ARM
     for arm in ("truncation", "full_context", ARM):
-        lines = [json.loads(line) for line in (tmp_path / "hypotheses" / arm / str(BUDGET) / "r0.jsonl").read_text().splitlines()]
+        lines = [
+            json.loads(line)
+            for line in (tmp_path / "hypotheses" / arm / str(BUDGET) / "r0.jsonl").read_text().splitlines()
+        ]
         assert [set(line) for line in lines] == [{"question_id", "hypothesis"}]  # the official shape
         assert [line["question_id"] for line in lines] == [finished_run["kept"]]
         expected = "" if arm == "full_context" else row(finished_run, arm, finished_run["kept"])["prediction"]
         assert lines[0]["hypothesis"] == expected
     cells = {c["strategy"]: c for c in summary["cells"]}
     assert cells["full_context"]["ceiling"] and cells["full_context"]["violations"] == 1
-    assert cells["full_context"]["overall"] == {"correct": 0, "n": 1, "accuracy": 0.0, "low": 0.0,
-                                               "high": pytest.approx(0.9487, abs=1e-4)}  # Wilson, boundary fix
+    assert cells["full_context"]["overall"] == {
+        "correct": 0,
+        "n": 1,
+        "accuracy": 0.0,
+        "low": 0.0,
+        "high": pytest.approx(0.9487, abs=1e-4),
+    }  # Wilson, boundary fix
     quality = row(finished_run, "truncation", finished_run["kept"])["quality"]
     assert cells["truncation"]["overall"]["correct"] == quality
 

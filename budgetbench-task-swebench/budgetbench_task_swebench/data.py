@@ -43,8 +43,10 @@ def _rows(path: Path) -> list[Any]:
             import pandas
 
             frame = pandas.read_parquet(path)
-            return [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
-                    for row in frame.to_dict(orient="records")]
+            return [
+                {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
+                for row in frame.to_dict(orient="records")
+            ]
         text = path.read_text(encoding="utf-8")
         if suffix == ".jsonl":
             rows = []
@@ -54,7 +56,8 @@ def _rows(path: Path) -> list[Any]:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError as exc:
                         raise TaskDataError(
-                            f"{path}: row {number} (line {number + 1}) is not valid JSON ({exc})") from None
+                            f"{path}: row {number} (line {number + 1}) is not valid JSON ({exc})"
+                        ) from None
             return rows
         if suffix == ".json":
             rows = json.loads(text)
@@ -65,7 +68,8 @@ def _rows(path: Path) -> list[Any]:
         raise
     except Exception as exc:
         raise TaskDataError(
-            f"{path}: could not be read as {suffix or 'a data file'} ({type(exc).__name__}: {exc})") from None
+            f"{path}: could not be read as {suffix or 'a data file'} ({type(exc).__name__}: {exc})"
+        ) from None
     raise TaskDataError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
 
 
@@ -99,8 +103,15 @@ def _instance(path: Path, index: int, row: Any) -> Instance:
     if missing:
         raise TaskDataError(f"{where}: field {missing[0]!r} is missing")
     tests = {name: _test_list(where, name, row[name]) for name in TEST_LISTS}
-    return Instance(instance_id=row["instance_id"], repo=row["repo"], base_commit=row["base_commit"],
-                    patch=row["patch"], problem_statement=row["problem_statement"], **optional, **tests)
+    return Instance(
+        instance_id=row["instance_id"],
+        repo=row["repo"],
+        base_commit=row["base_commit"],
+        patch=row["patch"],
+        problem_statement=row["problem_statement"],
+        **optional,
+        **tests,
+    )
 
 
 def load_instances(path: Path) -> list[Instance]:
@@ -109,7 +120,9 @@ def load_instances(path: Path) -> list[Instance]:
     seen: dict[str, int] = {}
     for index, instance in enumerate(instances):
         if instance.instance_id in seen:
-            raise TaskDataError(f"{path}: row {index}: field 'instance_id' {instance.instance_id!r} "
-                                f"repeats row {seen[instance.instance_id]}")
+            raise TaskDataError(
+                f"{path}: row {index}: field 'instance_id' {instance.instance_id!r} "
+                f"repeats row {seen[instance.instance_id]}"
+            )
         seen[instance.instance_id] = index
     return instances

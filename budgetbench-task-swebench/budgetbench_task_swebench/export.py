@@ -16,8 +16,10 @@ from pathlib import Path
 from budgetbench_core import final_rows, read_manifest
 
 TASK = "swebench-verified"
-EVALUATE = ("python -m swebench.harness.run_evaluation --dataset_name princeton-nlp/SWE-bench_Verified "
-            "--predictions_path {path} --max_workers 4 --run_id {run_id}")
+EVALUATE = (
+    "python -m swebench.harness.run_evaluation --dataset_name princeton-nlp/SWE-bench_Verified "
+    "--predictions_path {path} --max_workers 4 --run_id {run_id}"
+)
 
 
 @dataclass
@@ -61,8 +63,16 @@ def export_predictions(run_dir: Path, out_dir: Path) -> list[ExportedCell]:
             patch = (row.get("prediction") or "") if row["event"] == "result" else ""
             cell.predictions += 1
             cell.violations += row["event"] == "violation"
-            lines.append(json.dumps({"instance_id": row["item_id"], "model_name_or_path": cell.model_name_or_path,
-                                     "model_patch": patch}, ensure_ascii=False))
+            lines.append(
+                json.dumps(
+                    {
+                        "instance_id": row["item_id"],
+                        "model_name_or_path": cell.model_name_or_path,
+                        "model_patch": patch,
+                    },
+                    ensure_ascii=False,
+                )
+            )
         cell.path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         exported.append(cell)
     return exported

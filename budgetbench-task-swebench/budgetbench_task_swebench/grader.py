@@ -20,14 +20,16 @@ class PatchSimilarity(Grader):
     name = "swebench-patch-similarity"
     version = "1"
     binary = False
-    description = ("Proxy: similarity of the predicted patch to the gold patch (file recall, changed-line F1); "
-                   "not resolved rate.")
+    description = (
+        "Proxy: similarity of the predicted patch to the gold patch (file recall, changed-line F1); not resolved rate."
+    )
 
     def __init__(self, file_weight: float = 0.4, line_weight: float = 0.6, **params):
         file_weight, line_weight = float(file_weight), float(line_weight)
         if file_weight < 0 or line_weight < 0 or not math.isclose(file_weight + line_weight, 1.0):
-            raise ValueError(f"file_weight and line_weight must be non-negative and sum to 1, "
-                             f"got {file_weight} and {line_weight}")
+            raise ValueError(
+                f"file_weight and line_weight must be non-negative and sum to 1, got {file_weight} and {line_weight}"
+            )
         super().__init__(file_weight=file_weight, line_weight=line_weight, **params)
         self.file_weight, self.line_weight = file_weight, line_weight
 

@@ -26,7 +26,7 @@ def strip_prefix(path: str) -> str:
     """``path`` without one leading ``a/`` or ``b/`` (git's default prefixes)."""
     for prefix in ("a/", "b/"):
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return path
 
 
@@ -70,11 +70,14 @@ def parse_patch(text: str) -> list[FileChange]:
     changes = []
     for patched in patch:
         lines = [line for hunk in patched for line in hunk]
-        changes.append(FileChange(
-            old_path=_path(patched.source_file), new_path=_path(patched.target_file),
-            removed=tuple(line.value.rstrip("\r\n") for line in lines if line.is_removed),
-            added=tuple(line.value.rstrip("\r\n") for line in lines if line.is_added),
-        ))
+        changes.append(
+            FileChange(
+                old_path=_path(patched.source_file),
+                new_path=_path(patched.target_file),
+                removed=tuple(line.value.rstrip("\r\n") for line in lines if line.is_removed),
+                added=tuple(line.value.rstrip("\r\n") for line in lines if line.is_added),
+            )
+        )
     return changes
 
 
@@ -112,9 +115,15 @@ def similarity(gold: str, prediction: str, file_weight: float = 0.4, line_weight
     total = sum(want.values()) + sum(got.values())
     line_f1 = 2 * common / total if total else 1.0  # neither changes a line (e.g. pure renames)
     quality = file_weight * file_recall + line_weight * line_f1
-    return quality, {**detail, "predicted_files": sorted(predicted_files), "file_recall": file_recall,
-                     "line_f1": line_f1, "lines_matched": common, "gold_lines": sum(want.values()),
-                     "predicted_lines": sum(got.values())}
+    return quality, {
+        **detail,
+        "predicted_files": sorted(predicted_files),
+        "file_recall": file_recall,
+        "line_f1": line_f1,
+        "lines_matched": common,
+        "gold_lines": sum(want.values()),
+        "predicted_lines": sum(got.values()),
+    }
 
 
 def extract_patch(reply: str) -> str:
@@ -123,4 +132,4 @@ def extract_patch(reply: str) -> str:
         if re.search(r"^(diff --git |--- )", block, re.MULTILINE):
             return block
     match = re.search(r"^(diff --git |--- )", reply, re.MULTILINE)
-    return reply[match.start():] if match else ""
+    return reply[match.start() :] if match else ""

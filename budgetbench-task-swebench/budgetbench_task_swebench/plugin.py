@@ -23,9 +23,15 @@ def register_graders(register):
 
 @hookimpl
 def register_datasets(register):
-    register(Dataset("swebench-verified", "princeton-nlp/SWE-bench_Verified", DATASET,
-                     {"data/test-00000-of-00001.parquet": "swebench_verified.parquet"},
-                     "SWE-bench Verified test split (500 instances)"))
+    register(
+        Dataset(
+            "swebench-verified",
+            "princeton-nlp/SWE-bench_Verified",
+            DATASET,
+            {"data/test-00000-of-00001.parquet": "swebench_verified.parquet"},
+            "SWE-bench Verified test split (500 instances)",
+        )
+    )
 
 
 @hookimpl
@@ -36,8 +42,13 @@ def register_commands(cli):
 
     @swebench.command("export")
     @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
-                  help="Folder for the JSONL files (default RUN_DIR/swebench_predictions).")
+    @click.option(
+        "--out",
+        "-o",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Folder for the JSONL files (default RUN_DIR/swebench_predictions).",
+    )
     def swebench_export(run_dir, out):
         """Write a run's swebench-verified predictions in the official format, one file per cell."""
         cells = export_predictions(run_dir, out or run_dir / "swebench_predictions")

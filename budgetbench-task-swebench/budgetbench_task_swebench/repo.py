@@ -44,14 +44,19 @@ def find_clone(cache: Path, repo: str) -> Path:
     for candidate in candidates:
         if (candidate / ".git").exists() or (candidate / "HEAD").is_file():
             return candidate
-    raise TaskDataError(f"repo_cache {cache}: no git clone of {repo} (looked for "
-                        f"{', '.join(str(c) for c in candidates)})")
+    raise TaskDataError(
+        f"repo_cache {cache}: no git clone of {repo} (looked for {', '.join(str(c) for c in candidates)})"
+    )
 
 
 def tree(clone: Path, commit: str) -> dict[str, int]:
     """Every blob path at ``commit`` with its size in bytes."""
-    if subprocess.run(["git", "-C", str(clone), "cat-file", "-e", f"{commit}^{{commit}}"],
-                      capture_output=True, check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["git", "-C", str(clone), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         raise TaskDataError(f"{clone}: commit {commit} is not in this clone (fetch it, or clone the full history)")
     sizes = {}
     for entry in _git(clone, "ls-tree", "-r", "-l", "-z", commit).split(b"\0"):
@@ -73,7 +78,7 @@ def read_texts(clone: Path, commit: str, paths: list[str]) -> dict[str, str]:
     for path in paths:
         header_end = output.index(b"\n", position)
         size = int(output[position:header_end].split()[2])
-        body = output[header_end + 1:header_end + 1 + size]
+        body = output[header_end + 1 : header_end + 1 + size]
         position = header_end + 1 + size + 1
         if b"\0" in body:
             continue
@@ -134,6 +139,9 @@ def select_files(clone: Path, commit: str, issue: str, max_files: int, max_file_
         query = bm25s.tokenize([issue], stopwords="en", show_progress=False)
         if query.vocab:
             indices, scores = retriever.retrieve(query, k=min(room, len(rest)), show_progress=False)
-            chosen += [RepoFile(rest[int(i)], texts[rest[int(i)]], "lexical", float(s))
-                       for i, s in zip(indices[0], scores[0]) if s > 0]
+            chosen += [
+                RepoFile(rest[int(i)], texts[rest[int(i)]], "lexical", float(s))
+                for i, s in zip(indices[0], scores[0])
+                if s > 0
+            ]
     return chosen

@@ -37,10 +37,20 @@ def file_messages(file: RepoFile, commit: str, chunk_lines: int) -> list[Message
     for start in range(0, len(lines), chunk_lines):
         end = min(start + chunk_lines, len(lines))
         header = f"File {file.path}, lines {start + 1}-{end} of {len(lines)}, at commit {commit[:12]}:\n"
-        messages.append(Message("user", header + "".join(lines[start:end]), {
-            "session_id": f"file:{file.path}", "source_id": f"{file.path}#L{start + 1}-L{end}", "kind": "file",
-            "path": file.path, "reason": file.reason, "score": file.score,
-        }))
+        messages.append(
+            Message(
+                "user",
+                header + "".join(lines[start:end]),
+                {
+                    "session_id": f"file:{file.path}",
+                    "source_id": f"{file.path}#L{start + 1}-L{end}",
+                    "kind": "file",
+                    "path": file.path,
+                    "reason": file.reason,
+                    "score": file.score,
+                },
+            )
+        )
     return messages
 
 
@@ -51,22 +61,40 @@ class SWEBenchVerified(Task):
     name = "swebench-verified"
     default_grader = "swebench-patch-similarity"
     max_output_tokens = 768
-    description = ("SWE-bench Verified: issue, hints and repo files as context; patch-similarity proxy "
-                   "(not resolved rate).")
+    description = (
+        "SWE-bench Verified: issue, hints and repo files as context; patch-similarity proxy (not resolved rate)."
+    )
 
-    def __init__(self, path: str | None = None, repo_cache: str | None = None, max_files: int = 6,
-                 file_chunk_lines: int = 150, max_file_bytes: int = 200_000, **options: Any) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        repo_cache: str | None = None,
+        max_files: int = 6,
+        file_chunk_lines: int = 150,
+        max_file_bytes: int = 200_000,
+        **options: Any,
+    ) -> None:
         if options:
-            raise ValueError(f"swebench-verified: unknown options {sorted(options)}; known: path, repo_cache, "
-                             f"max_files, file_chunk_lines, max_file_bytes")
-        for name, value in (("max_files", max_files), ("file_chunk_lines", file_chunk_lines),
-                            ("max_file_bytes", max_file_bytes)):
+            raise ValueError(
+                f"swebench-verified: unknown options {sorted(options)}; known: path, repo_cache, "
+                f"max_files, file_chunk_lines, max_file_bytes"
+            )
+        for name, value in (
+            ("max_files", max_files),
+            ("file_chunk_lines", file_chunk_lines),
+            ("max_file_bytes", max_file_bytes),
+        ):
             if int(value) <= 0:
                 raise ValueError(f"swebench-verified: {name} must be a positive integer, got {value!r}")
         if repo_cache is not None and not Path(repo_cache).is_dir():
             raise ValueError(f"swebench-verified: repo_cache {repo_cache} is not a folder")
-        super().__init__(path=path, repo_cache=repo_cache, max_files=int(max_files),
-                         file_chunk_lines=int(file_chunk_lines), max_file_bytes=int(max_file_bytes))
+        super().__init__(
+            path=path,
+            repo_cache=repo_cache,
+            max_files=int(max_files),
+            file_chunk_lines=int(file_chunk_lines),
+            max_file_bytes=int(max_file_bytes),
+        )
         self.path = path
         self.repo_cache = Path(repo_cache) if repo_cache is not None else None
         self.max_files = int(max_files)
@@ -83,25 +111,49 @@ class SWEBenchVerified(Task):
                 files = select_files(clone, instance.base_commit, issue, self.max_files, self.max_file_bytes)
             except TaskDataError as exc:
                 raise TaskDataError(f"instance {instance.instance_id}: {exc}") from None
-        history = [message for file in reversed(files)
-                   for message in file_messages(file, instance.base_commit, self.file_chunk_lines)]
+        history = [
+            message
+            for file in reversed(files)
+            for message in file_messages(file, instance.base_commit, self.file_chunk_lines)
+        ]
         if instance.hints_text.strip():
-            history.append(Message("user", f"Hints from the issue discussion:\n{instance.hints_text}",
-                                   {"session_id": "hints", "source_id": "hints_text", "kind": "hints"}))
-        history.append(Message("user", f"Issue in {instance.repo}:\n{instance.problem_statement}",
-                               {"session_id": "issue", "source_id": "problem_statement", "kind": "issue"}))
+            history.append(
+                Message(
+                    "user",
+                    f"Hints from the issue discussion:\n{instance.hints_text}",
+                    {"session_id": "hints", "source_id": "hints_text", "kind": "hints"},
+                )
+            )
+        history.append(
+            Message(
+                "user",
+                f"Issue in {instance.repo}:\n{instance.problem_statement}",
+                {"session_id": "issue", "source_id": "problem_statement", "kind": "issue"},
+            )
+        )
         return Item(
-            id=instance.instance_id, history=tuple(history), query=Message("user", QUERY), answer=instance.patch,
-            system=Message("system", SYSTEM_PROMPT.format(repo=instance.repo)), category=instance.repo,
-            metadata={"repo": instance.repo, "base_commit": instance.base_commit, "version": instance.version,
-                      "FAIL_TO_PASS": list(instance.FAIL_TO_PASS), "PASS_TO_PASS": list(instance.PASS_TO_PASS),
-                      "context_files": [{"path": f.path, "reason": f.reason, "score": f.score} for f in files]},
+            id=instance.instance_id,
+            history=tuple(history),
+            query=Message("user", QUERY),
+            answer=instance.patch,
+            system=Message("system", SYSTEM_PROMPT.format(repo=instance.repo)),
+            category=instance.repo,
+            metadata={
+                "repo": instance.repo,
+                "base_commit": instance.base_commit,
+                "version": instance.version,
+                "FAIL_TO_PASS": list(instance.FAIL_TO_PASS),
+                "PASS_TO_PASS": list(instance.PASS_TO_PASS),
+                "context_files": [{"path": f.path, "reason": f.reason, "score": f.score} for f in files],
+            },
         )
 
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
         path = self.read_data_file(resolve_data_file(DATASET, DEFAULT_FILE, self.path))
         instances = load_instances(path)
-        selected = instances if limit is None else balanced(instances, limit, seed, lambda i: i.repo, "swebench-verified")
+        selected = (
+            instances if limit is None else balanced(instances, limit, seed, lambda i: i.repo, "swebench-verified")
+        )
         self._notes = {"data_file": str(path), "items_in_file": len(instances), "items_selected": len(selected)}
         for instance in selected:
             yield self.item(instance)
@@ -111,12 +163,23 @@ class SWEBenchVerified(Task):
 
     def manifest_notes(self) -> dict[str, Any]:
         if self.repo_cache is None:
-            files = {"included": False,
-                     "note": "no repo_cache: the context is the problem statement and hints only, no repository files"}
+            files = {
+                "included": False,
+                "note": "no repo_cache: the context is the problem statement and hints only, no repository files",
+            }
         else:
-            files = {"included": True, "repo_cache": str(self.repo_cache), "max_files": self.max_files,
-                     "file_chunk_lines": self.file_chunk_lines, "max_file_bytes": self.max_file_bytes,
-                     "selection": "files the issue mentions, then BM25 (bm25s) over text files at base_commit"}
-        return {**super().manifest_notes(), **self._notes, "repository_files": files,
-                "quality": "patch similarity to the gold patch: a proxy, not the resolved rate; export predictions "
-                           "with `budgetbench swebench export` and run the official swebench evaluation"}
+            files = {
+                "included": True,
+                "repo_cache": str(self.repo_cache),
+                "max_files": self.max_files,
+                "file_chunk_lines": self.file_chunk_lines,
+                "max_file_bytes": self.max_file_bytes,
+                "selection": "files the issue mentions, then BM25 (bm25s) over text files at base_commit",
+            }
+        return {
+            **super().manifest_notes(),
+            **self._notes,
+            "repository_files": files,
+            "quality": "patch similarity to the gold patch: a proxy, not the resolved rate; export predictions "
+            "with `budgetbench swebench export` and run the official swebench evaluation",
+        }

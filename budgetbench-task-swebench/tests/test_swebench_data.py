@@ -71,28 +71,49 @@ def test_limit_is_seeded_and_takes_repositories_in_turn():
 
 
 def _row(**changes):
-    row = {"repo": "o/r", "instance_id": "o__r-1", "base_commit": "abc", "patch": "diff", "problem_statement": "bug",
-           "hints_text": "", "FAIL_TO_PASS": '["t1"]', "PASS_TO_PASS": "[]"}
+    row = {
+        "repo": "o/r",
+        "instance_id": "o__r-1",
+        "base_commit": "abc",
+        "patch": "diff",
+        "problem_statement": "bug",
+        "hints_text": "",
+        "FAIL_TO_PASS": '["t1"]',
+        "PASS_TO_PASS": "[]",
+    }
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("a.jsonl", json.dumps(_row()) + "\n" + json.dumps(_row(instance_id="o__r-2", patch=None)),
-     r"a.jsonl: row 1: field 'patch' is missing"),
-    ("a.jsonl", json.dumps(_row(FAIL_TO_PASS="[not json")),
-     r"row 0 \(instance_id 'o__r-1'\): field 'FAIL_TO_PASS' is not a JSON-encoded list"),
-    ("a.jsonl", json.dumps(_row(PASS_TO_PASS='{"a": 1}')), r"field 'PASS_TO_PASS' must be a list of test names"),
-    ("a.jsonl", json.dumps(_row(PASS_TO_PASS=None)), r"field 'PASS_TO_PASS' is missing"),
-    ("a.jsonl", json.dumps(_row(hints_text=3)), r"field 'hints_text' must be a string"),
-    ("a.jsonl", json.dumps(_row(base_commit="")), r"field 'base_commit' must be a non-empty string"),
-    ("a.jsonl", json.dumps(_row()) + "\n{oops", r"a.jsonl: row 1 \(line 2\) is not valid JSON"),
-    ("a.jsonl", json.dumps(_row()) + "\n" + json.dumps(_row()), r"row 1: field 'instance_id' 'o__r-1' repeats row 0"),
-    ("a.json", json.dumps({"instances": []}), r"expected a JSON list of instances"),
-    ("a.json", json.dumps(["x"]), r"a.json: row 0: expected an object"),
-    ("a.csv", "repo,instance_id", r"unsupported file type '.csv'"),
-    ("a.parquet", "not parquet", r"a.parquet: could not be read as .parquet"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "a.jsonl",
+            json.dumps(_row()) + "\n" + json.dumps(_row(instance_id="o__r-2", patch=None)),
+            r"a.jsonl: row 1: field 'patch' is missing",
+        ),
+        (
+            "a.jsonl",
+            json.dumps(_row(FAIL_TO_PASS="[not json")),
+            r"row 0 \(instance_id 'o__r-1'\): field 'FAIL_TO_PASS' is not a JSON-encoded list",
+        ),
+        ("a.jsonl", json.dumps(_row(PASS_TO_PASS='{"a": 1}')), r"field 'PASS_TO_PASS' must be a list of test names"),
+        ("a.jsonl", json.dumps(_row(PASS_TO_PASS=None)), r"field 'PASS_TO_PASS' is missing"),
+        ("a.jsonl", json.dumps(_row(hints_text=3)), r"field 'hints_text' must be a string"),
+        ("a.jsonl", json.dumps(_row(base_commit="")), r"field 'base_commit' must be a non-empty string"),
+        ("a.jsonl", json.dumps(_row()) + "\n{oops", r"a.jsonl: row 1 \(line 2\) is not valid JSON"),
+        (
+            "a.jsonl",
+            json.dumps(_row()) + "\n" + json.dumps(_row()),
+            r"row 1: field 'instance_id' 'o__r-1' repeats row 0",
+        ),
+        ("a.json", json.dumps({"instances": []}), r"expected a JSON list of instances"),
+        ("a.json", json.dumps(["x"]), r"a.json: row 0: expected an object"),
+        ("a.csv", "repo,instance_id", r"unsupported file type '.csv'"),
+        ("a.parquet", "not parquet", r"a.parquet: could not be read as .parquet"),
+    ],
+)
 def test_malformed_rows_name_file_row_and_field(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
@@ -109,7 +130,6 @@ def test_bad_options_are_clear(tmp_path):
         SWEBenchVerified(max_files=0)
 
 
-
 def test_registered_through_the_entry_point():
     from budgetbench_core.testing import entry_point
 
@@ -117,7 +137,7 @@ def test_registered_through_the_entry_point():
     registered = []
     module.register_tasks(registered.append)
     module.register_graders(registered.append)
-    assert [cls.__name__ for cls in registered] == ['SWEBenchVerified', 'PatchSimilarity']
+    assert [cls.__name__ for cls in registered] == ["SWEBenchVerified", "PatchSimilarity"]
     import click
 
     group = click.Group()

@@ -23,8 +23,9 @@ def _gold():
 
 def _move(patch: str, new_root: str) -> str:
     """The same patch applied to a different file: every path moved under ``new_root``."""
-    return re.sub(r"(^diff --git a/| b/|^--- a/|^\+\+\+ b/)", lambda m: m.group(1) + new_root + "/", patch,
-                  flags=re.MULTILINE)
+    return re.sub(
+        r"(^diff --git a/| b/|^--- a/|^\+\+\+ b/)", lambda m: m.group(1) + new_root + "/", patch, flags=re.MULTILINE
+    )
 
 
 @needs_data
@@ -50,12 +51,15 @@ def test_defect_12_prefixes_are_removed_as_prefixes_never_as_character_sets():
     assert strip_prefix("b/build/a.py") == "build/a.py"
     assert strip_prefix("a/abc/b.py") == "abc/b.py"
     assert strip_prefix("build/a.py") == "build/a.py"
-    patch = ("diff --git a/build/a.py b/build/a.py\n--- a/build/a.py\n+++ b/build/a.py\n"
-             "@@ -1,2 +1,2 @@\n keep\n-old\n+new\n")
-    change, = parse_patch(patch)
+    patch = (
+        "diff --git a/build/a.py b/build/a.py\n--- a/build/a.py\n+++ b/build/a.py\n@@ -1,2 +1,2 @@\n keep\n-old\n+new\n"
+    )
+    (change,) = parse_patch(patch)
     assert (change.old_path, change.new_path, change.status) == ("build/a.py", "build/a.py", "modified")
-    nested = ("diff --git a/b/build/a.py b/b/build/a.py\n--- a/b/build/a.py\n+++ b/b/build/a.py\n"
-              "@@ -1,2 +1,2 @@\n keep\n-old\n+new\n")
+    nested = (
+        "diff --git a/b/build/a.py b/b/build/a.py\n--- a/b/build/a.py\n+++ b/b/build/a.py\n"
+        "@@ -1,2 +1,2 @@\n keep\n-old\n+new\n"
+    )
     assert parse_patch(nested)[0].paths == {"b/build/a.py"}
 
 

@@ -15,7 +15,7 @@ from budgetbench_core import TaskDataError
 FILES = {
     "calc/core.py": "def divide(a, b):\n    return a / b\n",
     "calc/units.py": "CONVERSIONS = {'km': 1000, 'mile': 1609.344}\n\n\ndef convert(value, unit):\n"
-                     "    return value * CONVERSIONS[unit]\n",
+    "    return value * CONVERSIONS[unit]\n",
     "calc/parser.py": "import re\n\nTOKEN = re.compile(r'\\d+')\n\n\ndef tokens(text):\n    return TOKEN.findall(text)\n",
     "b/build/a.py": "BUILD_FLAGS = ['-O2']\n",
     "docs/guide.rst": "Using the calculator\n====================\n\nCall divide with two numbers.\n",
@@ -43,7 +43,9 @@ def clone(tmp_path_factory):
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
     base = _git(repo, "rev-parse", "HEAD")
-    (repo / "calc/core.py").write_text("def divide(a, b):\n    if b == 0:\n        raise ZeroDivisionError\n    return a / b\n")
+    (repo / "calc/core.py").write_text(
+        "def divide(a, b):\n    if b == 0:\n        raise ZeroDivisionError\n    return a / b\n"
+    )
     (repo / "calc/later.py").write_text("def divide_later():\n    pass\n")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "fix")
@@ -51,13 +53,18 @@ def clone(tmp_path_factory):
 
 
 def _instances(tmp_path, base, **changes):
-    row = {"repo": "acme/calc", "instance_id": "acme__calc-1", "base_commit": base,
-           "patch": "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n"
-                    "@@ -1,2 +1,4 @@\n def divide(a, b):\n+    if b == 0:\n+        raise ZeroDivisionError\n     return a / b\n",
-           "problem_statement": "divide crashes when b is zero. The conversion in calc/units.py looks fine; "
-                                "see also calc.parser.tokens.",
-           "hints_text": "Check how divide handles a zero divisor.", "FAIL_TO_PASS": '["test_divide_zero"]',
-           "PASS_TO_PASS": "[]"}
+    row = {
+        "repo": "acme/calc",
+        "instance_id": "acme__calc-1",
+        "base_commit": base,
+        "patch": "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n"
+        "@@ -1,2 +1,4 @@\n def divide(a, b):\n+    if b == 0:\n+        raise ZeroDivisionError\n     return a / b\n",
+        "problem_statement": "divide crashes when b is zero. The conversion in calc/units.py looks fine; "
+        "see also calc.parser.tokens.",
+        "hints_text": "Check how divide handles a zero divisor.",
+        "FAIL_TO_PASS": '["test_divide_zero"]',
+        "PASS_TO_PASS": "[]",
+    }
     row.update(changes)
     path = tmp_path / "instances.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
@@ -68,11 +75,13 @@ def test_files_at_base_commit_mentioned_first_then_lexical(tmp_path, clone):
     cache, repo, base = clone
     head = _git(repo, "rev-parse", "HEAD")
     task = SWEBenchVerified(path=str(_instances(tmp_path, base)), repo_cache=str(cache), max_files=4)
-    item, = task.load(None, 0)
+    (item,) = task.load(None, 0)
     files = item.metadata["context_files"]
     assert [f["path"] for f in files[:2]] == ["calc/units.py", "calc/parser.py"]
     assert {f["reason"] for f in files[:2]} == {"mentioned"}
-    assert files[2] == {"path": "calc/core.py", "reason": "lexical", "score": files[2]["score"]} and files[2]["score"] > 0
+    assert (
+        files[2] == {"path": "calc/core.py", "reason": "lexical", "score": files[2]["score"]} and files[2]["score"] > 0
+    )
     assert len(files) == 4 and "logo.png" not in [f["path"] for f in files]
     assert "calc/later.py" not in [f["path"] for f in files]  # added after base_commit
     core = next(m for m in item.history if m.metadata.get("path") == "calc/core.py")
@@ -91,9 +100,13 @@ def test_files_at_base_commit_mentioned_first_then_lexical(tmp_path, clone):
 
 def test_long_files_become_line_pieces_of_one_session(tmp_path, clone):
     cache, _, base = clone
-    task = SWEBenchVerified(path=str(_instances(tmp_path, base, problem_statement="big.py divides")),
-                            repo_cache=str(cache), file_chunk_lines=15, max_files=1)
-    item, = task.load(None, 0)
+    task = SWEBenchVerified(
+        path=str(_instances(tmp_path, base, problem_statement="big.py divides")),
+        repo_cache=str(cache),
+        file_chunk_lines=15,
+        max_files=1,
+    )
+    (item,) = task.load(None, 0)
     pieces = [m for m in item.history if m.metadata.get("path") == "big.py"]
     assert [p.metadata["source_id"] for p in pieces] == ["big.py#L1-L15", "big.py#L16-L30", "big.py#L31-L41"]
     assert {p.metadata["session_id"] for p in pieces} == {"file:big.py"}

@@ -61,8 +61,9 @@ def _retry_after_header(headers: Any) -> float | None:
         return None
 
 
-def _failure(message: str, status: int | None, transport: bool = False, fatal: bool = False,
-             retry_after: float | None = None) -> Exception:
+def _failure(
+    message: str, status: int | None, transport: bool = False, fatal: bool = False, retry_after: float | None = None
+) -> Exception:
     """The one classification of a failed call, for both clients: retry (TransportError),
     stop the run (FatalError) or record the cell's error (ResponseError)."""
     if transport or status in _TRANSPORT_STATUS:
@@ -105,8 +106,15 @@ class LiteLLMBackend(Backend):
     name = "litellm"
     description = "Any litellm model string: ollama_chat/..., openrouter/..., openai/<name> with --api-base"
 
-    def __init__(self, model: str, api_base: str | None = None, timeout_s: float = 120.0,
-                 max_context: int | None = None, server_prompt_cache: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        timeout_s: float = 120.0,
+        max_context: int | None = None,
+        server_prompt_cache: bool = False,
+        **options: Any,
+    ) -> None:
         super().__init__(model, api_base=api_base, timeout_s=timeout_s, **options)
         self.max_context = max_context
         self.server_prompt_cache = bool(server_prompt_cache)
@@ -143,8 +151,10 @@ class LiteLLMBackend(Backend):
 
     def prompt_reuse(self) -> dict[str, Any]:
         """For the manifest: whether server prompt reuse was allowed and what was sent."""
-        return {"server_prompt_cache": self.server_prompt_cache,
-                "cache_prompt_sent": False if self._asks_no_prompt_reuse() else None}
+        return {
+            "server_prompt_cache": self.server_prompt_cache,
+            "cache_prompt_sent": False if self._asks_no_prompt_reuse() else None,
+        }
 
     def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
         if self.http_client == "direct":
@@ -153,21 +163,32 @@ class LiteLLMBackend(Backend):
         started = time.perf_counter()
         try:
             response = litellm.completion(
-                model=self.model, messages=[m.to_chat() for m in messages], api_base=self.api_base,
-                max_tokens=params.max_tokens, temperature=params.temperature, seed=params.seed,
-                timeout=self.timeout_s, num_retries=0, **self._extra(),
+                model=self.model,
+                messages=[m.to_chat() for m in messages],
+                api_base=self.api_base,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                seed=params.seed,
+                timeout=self.timeout_s,
+                num_retries=0,
+                **self._extra(),
             )
         except Exception as exc:
             status = getattr(exc, "status_code", None)
-            transport = (
-                status in _TRANSPORT_STATUS
-                or isinstance(exc, (litellm.exceptions.APIConnectionError, litellm.exceptions.Timeout,
-                                    litellm.exceptions.RateLimitError, litellm.exceptions.InternalServerError,
-                                    litellm.exceptions.ServiceUnavailableError))
+            transport = status in _TRANSPORT_STATUS or isinstance(
+                exc,
+                (
+                    litellm.exceptions.APIConnectionError,
+                    litellm.exceptions.Timeout,
+                    litellm.exceptions.RateLimitError,
+                    litellm.exceptions.InternalServerError,
+                    litellm.exceptions.ServiceUnavailableError,
+                ),
             )
             message = f"{type(exc).__name__} (status {status}): {redact(str(exc))[:500]}"  # redact, then cut
-            fatal = (isinstance(exc, (litellm.exceptions.AuthenticationError, litellm.exceptions.NotFoundError))
-                     or "LLM Provider NOT provided" in str(exc))
+            fatal = isinstance(
+                exc, (litellm.exceptions.AuthenticationError, litellm.exceptions.NotFoundError)
+            ) or "LLM Provider NOT provided" in str(exc)
             raise _failure(message, status, transport, fatal, _retry_after(exc)) from exc
         latency = time.perf_counter() - started
         try:
@@ -179,8 +200,9 @@ class LiteLLMBackend(Backend):
             raise ResponseError("response message has no content")
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None)
-        prompt_tokens, completion_tokens = _usage(getattr(usage, "prompt_tokens", None),
-                                                  getattr(usage, "completion_tokens", None))
+        prompt_tokens, completion_tokens = _usage(
+            getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        )
         cost = None
         hidden = getattr(response, "_hidden_params", None) or {}
         if isinstance(hidden, dict) and hidden.get("response_cost") is not None:
@@ -190,9 +212,10 @@ class LiteLLMBackend(Backend):
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached_tokens=getattr(details, "cached_tokens", None) if details else None,
-            latency_s=latency, cost=cost, model=getattr(response, "model", None),
+            latency_s=latency,
+            cost=cost,
+            model=getattr(response, "model", None),
         )
-
 
     def _client(self) -> httpx.Client:
         """One pooled client for every worker thread (httpx clients are thread-safe)."""
@@ -200,14 +223,20 @@ class LiteLLMBackend(Backend):
             if self._http is None:
                 key = os.environ.get("OPENAI_API_KEY") or "not-needed"  # local servers ignore it
                 self._http = httpx.Client(
-                    base_url=(self.api_base or "").rstrip("/"), headers={"Authorization": f"Bearer {key}"},
+                    base_url=(self.api_base or "").rstrip("/"),
+                    headers={"Authorization": f"Bearer {key}"},
                     timeout=httpx.Timeout(self.timeout_s, connect=max(5.0, min(self.timeout_s, 30.0))),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+                )
             return self._http
 
     def _complete_direct(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
-        body: dict[str, Any] = {"model": self.model.removeprefix("openai/"), "messages": [m.to_chat() for m in messages],
-                                "max_tokens": params.max_tokens, "temperature": params.temperature}
+        body: dict[str, Any] = {
+            "model": self.model.removeprefix("openai/"),
+            "messages": [m.to_chat() for m in messages],
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+        }
         if params.seed is not None:
             body["seed"] = params.seed
         if self._asks_no_prompt_reuse():
@@ -218,8 +247,11 @@ class LiteLLMBackend(Backend):
             response = self._client().post("/chat/completions", json=body)
             if response.status_code >= 400:
                 status = response.status_code
-                raise _failure(f"HTTP {status}: {redact(response.text)[:500]}", status,
-                               retry_after=_retry_after_header(response.headers))
+                raise _failure(
+                    f"HTTP {status}: {redact(response.text)[:500]}",
+                    status,
+                    retry_after=_retry_after_header(response.headers),
+                )
             payload = response.json()
         except (httpx.HTTPError, ValueError) as exc:  # no reply, a cut reply, or a body that is not JSON
             raise _failure(f"{type(exc).__name__}: {redact(str(exc))[:500]}", None, transport=True) from exc
@@ -233,12 +265,19 @@ class LiteLLMBackend(Backend):
         if not isinstance(text, str):
             raise ResponseError(f"response message content is {type(text).__name__}, not text")
         usage: dict[str, Any] = payload["usage"] if isinstance(payload.get("usage"), dict) else {}
-        details: dict[str, Any] = (usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"), dict)
-                                   else {})
+        details: dict[str, Any] = (
+            usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        )
         prompt_tokens, completion_tokens = _usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
-        return Completion(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                          cached_tokens=details.get("cached_tokens"), latency_s=latency, cost=None,
-                          model=payload.get("model") if isinstance(payload.get("model"), str) else None)
+        return Completion(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=details.get("cached_tokens"),
+            latency_s=latency,
+            cost=None,
+            model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+        )
 
 
 @hookimpl

@@ -57,10 +57,18 @@ class LocalBackend(LiteLLMBackend):
     name = "local"
     description = "Embedded llama.cpp server (xllamacpp) on loopback; default SmolLM2-135M-Instruct"
 
-    def __init__(self, model: str = "local", api_base: str | None = None, timeout_s: float = 120.0,
-                 max_context: int | None = None, max_concurrency: int = 1, threads: int | None = None,
-                 batch_threads: int | None = None, omp_wait_policy: str | None = OMP_WAIT_POLICY,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        model: str = "local",
+        api_base: str | None = None,
+        timeout_s: float = 120.0,
+        max_context: int | None = None,
+        max_concurrency: int = 1,
+        threads: int | None = None,
+        batch_threads: int | None = None,
+        omp_wait_policy: str | None = OMP_WAIT_POLICY,
+        **options: Any,
+    ) -> None:
         _, _, path = model.partition(":")
         self.model_path = Path(path) if path else default_model_path()
         self.slots = max(1, min(MAX_SLOTS, max_concurrency))
@@ -117,9 +125,11 @@ class LocalBackend(LiteLLMBackend):
         first imported); a value the user exported wins. Records what is in force."""
         if self.omp_wait_policy and "xllamacpp" not in sys.modules:
             os.environ.setdefault("OMP_WAIT_POLICY", self.omp_wait_policy)
-        self.openmp_settings = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
-                                "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
-                                "applied_before_import": "xllamacpp" not in sys.modules}
+        self.openmp_settings = {
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
+            "applied_before_import": "xllamacpp" not in sys.modules,
+        }
 
     def stop(self) -> None:
         self._server = None  # the server shuts down when the object is released
@@ -132,11 +142,18 @@ class LocalBackend(LiteLLMBackend):
         return f"local:{self.model_path}:{self.model_path.stat().st_size}", None
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.label, **self.prompt_reuse(), "model_file": str(self.model_path),
-                "model_file_bytes": self.model_path.stat().st_size, "slots": self.slots,
-                "context_per_slot": self.context_per_slot, "served_as": self.model,
-                "threads": {"generation": self.threads, "batch": self.batch_threads},
-                "openmp": self.openmp_settings or {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}}
+        return {
+            "backend": self.name,
+            "model": self.label,
+            **self.prompt_reuse(),
+            "model_file": str(self.model_path),
+            "model_file_bytes": self.model_path.stat().st_size,
+            "slots": self.slots,
+            "context_per_slot": self.context_per_slot,
+            "served_as": self.model,
+            "threads": {"generation": self.threads, "batch": self.batch_threads},
+            "openmp": self.openmp_settings or {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
+        }
 
 
 @hookimpl

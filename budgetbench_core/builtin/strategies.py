@@ -120,8 +120,11 @@ class SummaryBuffer(MemoryStrategy):
         recent = newest_that_fit(history, room - summary_tokens, context)
         evicted = list(history[: len(history) - len(recent)])
         summary = self._summarise(evicted, budget, summary_tokens, context) if evicted else ""
-        kept = ([Message("user", f"Summary of the earlier conversation:\n{summary}", {"source_id": "summary"})]
-                if summary else []) + recent
+        kept = (
+            [Message("user", f"Summary of the earlier conversation:\n{summary}", {"source_id": "summary"})]
+            if summary
+            else []
+        ) + recent
         kept, _ = context.counter.fit(context.frame, kept, budget, drop_index=-1 if not summary else 1)
         kept = keep_exchanges(kept, history, context.item.query)  # agent episodes: never split a tool call
         return context.frame(kept)
@@ -145,18 +148,25 @@ class SummaryBuffer(MemoryStrategy):
                 break
             transcript = "\n".join(f"{m.role}: {m.content}" for m in chunk)
             try:
-                summary = context.complete(head + carry + [Message("user", transcript)], summary_tokens, "summary").strip()
+                summary = context.complete(
+                    head + carry + [Message("user", transcript)], summary_tokens, "summary"
+                ).strip()
             except AuxiliaryBudgetError:
                 break  # estimate was off for this template: keep what we have
             calls += 1
-        context.audit["summary"] = {"calls": calls, "evicted_messages": len(evicted),
-                                    "unsummarised_messages": len(remaining)}
+        context.audit["summary"] = {
+            "calls": calls,
+            "evicted_messages": len(evicted),
+            "unsummarised_messages": len(remaining),
+        }
         return summary
 
 
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an and are as at be by did do does for from had has have i in is it me my of on or "
-                  "that the this to was were what when where which who why will with you your".split())
+_STOP = frozenset(
+    "a an and are as at be by did do does for from had has have i in is it me my of on or "
+    "that the this to was were what when where which who why will with you your".split()
+)
 
 
 def _terms(text: str) -> list[str]:

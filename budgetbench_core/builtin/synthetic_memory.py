@@ -29,24 +29,102 @@ SYSTEM_PROMPT = (
     "answer, reply exactly: unknown"
 )
 
-NAMES = ["Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro", "Ingrid", "Jonas", "Keira",
-         "Lior", "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Soren", "Tamsin", "Ulla", "Viktor",
-         "Wanda", "Xavi", "Yusuf", "Zora"]
-RELATIONS = ["dog", "cat", "parrot", "neighbour", "manager", "dentist", "landlord", "piano teacher", "tortoise",
-             "business partner"]
-CITIES = ["Lisbon", "Tallinn", "Osaka", "Valparaiso", "Krakow", "Accra", "Quebec", "Ljubljana", "Hobart",
-          "Tbilisi", "Cusco", "Bergen"]
+NAMES = [
+    "Amara",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elif",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ingrid",
+    "Jonas",
+    "Keira",
+    "Lior",
+    "Mateo",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Soren",
+    "Tamsin",
+    "Ulla",
+    "Viktor",
+    "Wanda",
+    "Xavi",
+    "Yusuf",
+    "Zora",
+]
+RELATIONS = [
+    "dog",
+    "cat",
+    "parrot",
+    "neighbour",
+    "manager",
+    "dentist",
+    "landlord",
+    "piano teacher",
+    "tortoise",
+    "business partner",
+]
+CITIES = [
+    "Lisbon",
+    "Tallinn",
+    "Osaka",
+    "Valparaiso",
+    "Krakow",
+    "Accra",
+    "Quebec",
+    "Ljubljana",
+    "Hobart",
+    "Tbilisi",
+    "Cusco",
+    "Bergen",
+]
 COLOURS = ["teal", "maroon", "ochre", "lavender", "charcoal", "saffron", "olive", "coral"]
 DRINKS = ["green tea", "espresso", "kombucha", "hot chocolate", "mint tea", "oat latte", "lemonade"]
-EVENTS = ["adopted a kitten", "ran my first marathon", "started a pottery class", "sold my old car",
-          "planted an apple tree", "passed my driving test", "finished my thesis"]
+EVENTS = [
+    "adopted a kitten",
+    "ran my first marathon",
+    "started a pottery class",
+    "sold my old car",
+    "planted an apple tree",
+    "passed my driving test",
+    "finished my thesis",
+]
 TOPICS = [
-    ("a recipe", "Could you suggest a quick dinner with {x}?", "Try a one-pan dish: roast {x} with garlic, lemon and herbs for about twenty minutes."),
-    ("a trip", "I am thinking about a weekend trip somewhere near {x}. Any ideas?", "A short trip near {x} could include a museum, a market walk and a local restaurant."),
-    ("exercise", "How often should I stretch if I sit at a desk near {x} all day?", "Short stretches every hour help; a five minute routine near {x} is plenty."),
-    ("a book", "Can you recommend a novel set in {x}?", "Look for a character-driven novel set in {x}; your library can suggest recent ones."),
-    ("gardening", "My {x} plants keep wilting. What should I check?", "Check the soil moisture, drainage and light; {x} plants often suffer from overwatering."),
-    ("budgeting", "How do I plan a monthly budget that includes {x}?", "List fixed costs first, then set a capped amount for {x} and review it weekly."),
+    (
+        "a recipe",
+        "Could you suggest a quick dinner with {x}?",
+        "Try a one-pan dish: roast {x} with garlic, lemon and herbs for about twenty minutes.",
+    ),
+    (
+        "a trip",
+        "I am thinking about a weekend trip somewhere near {x}. Any ideas?",
+        "A short trip near {x} could include a museum, a market walk and a local restaurant.",
+    ),
+    (
+        "exercise",
+        "How often should I stretch if I sit at a desk near {x} all day?",
+        "Short stretches every hour help; a five minute routine near {x} is plenty.",
+    ),
+    (
+        "a book",
+        "Can you recommend a novel set in {x}?",
+        "Look for a character-driven novel set in {x}; your library can suggest recent ones.",
+    ),
+    (
+        "gardening",
+        "My {x} plants keep wilting. What should I check?",
+        "Check the soil moisture, drainage and light; {x} plants often suffer from overwatering.",
+    ),
+    (
+        "budgeting",
+        "How do I plan a monthly budget that includes {x}?",
+        "List fixed costs first, then set a capped amount for {x} and review it weekly.",
+    ),
 ]
 FILLER_WORDS = ["tomatoes", "Lisbon", "basil", "the office", "mushrooms", "the river", "Seoul", "lentils", "peppers"]
 
@@ -95,8 +173,10 @@ class SyntheticMemory(Task):
         if category == "single-session":
             evidence = [f"By the way, my {relation}'s name is {names[0]}."]
             question, answer = f"What is my {relation}'s name?", names[0]
-            distractors = [f"My friend {names[1]} has a {relation} called {names[2]}.",
-                           f"My cousin's {relation} is named {names[3]}."]
+            distractors = [
+                f"My friend {names[1]} has a {relation} called {names[2]}.",
+                f"My cousin's {relation} is named {names[3]}.",
+            ]
         elif category == "knowledge-update":
             old, new, other = rng.sample(CITIES, 3)
             evidence = [f"I live in {old} these days.", f"Big news: I have just moved from {old} to {new}."]
@@ -106,8 +186,10 @@ class SyntheticMemory(Task):
             event = rng.choice(EVENTS)
             evidence = [f"Today I {event}!"]
             question, answer = f"On what date did I say that I {event}? Answer as YYYY-MM-DD.", None
-            distractors = [f"My colleague {names[1]} {rng.choice(EVENTS)} last year.",
-                           f"{names[2]} told me she {event} a while ago."]
+            distractors = [
+                f"My colleague {names[1]} {rng.choice(EVENTS)} last year.",
+                f"{names[2]} told me she {event} a while ago.",
+            ]
         elif category == "preference":
             liked, other1, other2 = rng.sample(DRINKS, 3)
             colour, other_colour = rng.sample(COLOURS, 2)

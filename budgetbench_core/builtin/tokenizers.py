@@ -40,18 +40,22 @@ class GGUFVocabulary:
         except ImportError:
             return None
         fields = GGUFReader(str(path)).fields
-        kind = tuple(fields[k].contents() if k in fields else None for k in ("tokenizer.ggml.model", "tokenizer.ggml.pre"))
+        kind = tuple(
+            fields[k].contents() if k in fields else None for k in ("tokenizer.ggml.model", "tokenizer.ggml.pre")
+        )
         if kind != cls.SUPPORTED:
             return None
         tokens = fields["tokenizer.ggml.tokens"].contents()
         types = fields["tokenizer.ggml.token_type"].contents()
         merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
         tokenizer = HFTokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                           pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
         # llama.cpp's special tokens: unknown, control and user-defined (token types 2, 3, 4)
-        tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                      for t, kind in zip(tokens, types) if kind in (2, 3, 4)])
+        tokenizer.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind in (2, 3, 4)]
+        )
         return cls(tokenizer)
 
     def count(self, text: str) -> int:
@@ -104,7 +108,9 @@ class ServerTokenizer(Tokenizer):
         return self._post("/apply-template", {"messages": [m.to_chat() for m in messages]})["prompt"]
 
     def _tokenize(self, content, add_special: bool = False) -> list:
-        return self._post("/tokenize", {"content": content, "add_special": add_special, "parse_special": True})["tokens"]
+        return self._post("/tokenize", {"content": content, "add_special": add_special, "parse_special": True})[
+            "tokens"
+        ]
 
     # ------------------------------------------------------------ piece-wise counting
 
@@ -181,10 +187,12 @@ class ServerTokenizer(Tokenizer):
         with self._prepare_lock:
             if self._specials is not None:
                 return
-            probe = self.render([Message("system", "s"), Message("user", self._MARK), Message("assistant", "a"),
-                                 Message("user", "q")])
-            tokens = self._post("/tokenize", {"content": probe, "add_special": False, "parse_special": True,
-                                              "with_pieces": True})["tokens"]
+            probe = self.render(
+                [Message("system", "s"), Message("user", self._MARK), Message("assistant", "a"), Message("user", "q")]
+            )
+            tokens = self._post(
+                "/tokenize", {"content": probe, "add_special": False, "parse_special": True, "with_pieces": True}
+            )["tokens"]
             found: dict[str, int] = {}
             for token in tokens:
                 piece = token.get("piece")
@@ -197,10 +205,16 @@ class ServerTokenizer(Tokenizer):
             specials = sorted(found, key=len, reverse=True)
             self._bos = len(self._tokenize("", add_special=True))
             self._separator = found[specials[-1]] if specials else None
-            samples = [probe, "12345 67\n\n", "naïve café 👋🏽",
-                       *(f"{w}{s}{w}x{w}{s}{s}{w}" for s in specials for w in ("", " ", "\n", " \n\t "))]
+            samples = [
+                probe,
+                "12345 67\n\n",
+                "naïve café 👋🏽",
+                *(f"{w}{s}{w}x{w}{s}{s}{w}" for s in specials for w in ("", " ", "\n", " \n\t ")),
+            ]
             exact = bool(specials) and all(len(self._tokenize(t)) == self._split_count(t, specials) for t in samples)
-            exact = exact and len(self._tokenize(probe, add_special=True)) == self._bos + self._split_count(probe, specials)
+            exact = exact and len(self._tokenize(probe, add_special=True)) == self._bos + self._split_count(
+                probe, specials
+            )
             if exact and self._model_file is not None:
                 vocabulary = GGUFVocabulary.load(self._model_file)
                 if vocabulary and all(vocabulary.count(t) == len(self._tokenize(t)) for t in samples):
@@ -234,8 +248,9 @@ class ServerTokenizer(Tokenizer):
             frame = None
             if at >= 0 and rendered.count(self._MARK) == 1:
                 end = at + len(self._MARK)
-                left = max((rendered.rfind(s, 0, at) + len(s) for s in specials if rendered.rfind(s, 0, at) >= 0),
-                           default=0)
+                left = max(
+                    (rendered.rfind(s, 0, at) + len(s) for s in specials if rendered.rfind(s, 0, at) >= 0), default=0
+                )
                 right = min((i for i in (rendered.find(s, end) for s in specials) if i >= 0), default=len(rendered))
                 frame = (rendered[left:at], rendered[end:right])
             self._frames[role] = frame
@@ -285,7 +300,10 @@ class TiktokenTokenizer(Tokenizer):
         self._cached_count = functools.lru_cache(maxsize=8192)(self._encoded_length)
 
     def render(self, messages: Sequence[Message]) -> str:
-        return "".join(f"<|start|>{m.role}<|message|>{m.content}<|end|>" for m in messages) + "<|start|>assistant<|message|>"
+        return (
+            "".join(f"<|start|>{m.role}<|message|>{m.content}<|end|>" for m in messages)
+            + "<|start|>assistant<|message|>"
+        )
 
     def _encoded_length(self, text: str) -> int:
         return len(self.encoding.encode(text, disallowed_special=()))
@@ -314,9 +332,13 @@ class HuggingFaceTokenizer(Tokenizer):
             else:
                 self._tok = AutoTokenizer.from_pretrained(source)
         except Exception as exc:
-            raise ValueError(f"{kind} tokenizer {source!r}{' / ' + gguf_file if gguf_file else ''} could not be loaded: {exc}") from exc
+            raise ValueError(
+                f"{kind} tokenizer {source!r}{' / ' + gguf_file if gguf_file else ''} could not be loaded: {exc}"
+            ) from exc
         if not getattr(self._tok, "chat_template", None):
-            raise ValueError(f"{kind} tokenizer {source!r} has no chat template, so prompts cannot be counted as served")
+            raise ValueError(
+                f"{kind} tokenizer {source!r} has no chat template, so prompts cannot be counted as served"
+            )
         ident = os.path.join(source, gguf_file) if gguf_file else source
         # transformers rebuilds a GGUF's tokenizer by conversion, and that can differ from
         # llama.cpp's own: 113,891 vs 113,583 tokens on a LongMemEval_S history. Only the
@@ -324,8 +346,9 @@ class HuggingFaceTokenizer(Tokenizer):
         self.info = TokenizerInfo(id=f"{kind}:{ident}", backend=f"transformers-{kind}", exact=kind == "hf")
 
     def render(self, messages: Sequence[Message]) -> str:
-        return str(self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False,
-                                                 add_generation_prompt=True))  # a str with tokenize=False
+        return str(
+            self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False, add_generation_prompt=True)
+        )  # a str with tokenize=False
 
     def count_text(self, text: str) -> int:
         return len(self._tok(text, add_special_tokens=False)["input_ids"])

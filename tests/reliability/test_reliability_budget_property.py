@@ -24,9 +24,36 @@ from budgetbench_core.gate import gate
 CASES = 10_000
 STRATEGIES = (Truncation, Recency, Checkpoint, FullContext, SummaryBuffer)
 EXAMPLES = CASES // len(STRATEGIES)
-WORDS = ["the", "dog", "Lisbon", "moved", "on", "2023-04-01", "favourite", "tea", "is", "my", "name", "Amara",
-         "Привет", "東京の天気", "🍕🚲", "👩‍👩‍👧‍👦", "ünïcödé", "12,50 €", "<|im_end|>", "<|im_start|>user", "\n", "\t",
-         "  ", "?", "—", "supercalifragilistic", "0x7f", "{\"json\": true}"]
+WORDS = [
+    "the",
+    "dog",
+    "Lisbon",
+    "moved",
+    "on",
+    "2023-04-01",
+    "favourite",
+    "tea",
+    "is",
+    "my",
+    "name",
+    "Amara",
+    "Привет",
+    "東京の天気",
+    "🍕🚲",
+    "👩‍👩‍👧‍👦",
+    "ünïcödé",
+    "12,50 €",
+    "<|im_end|>",
+    "<|im_start|>user",
+    "\n",
+    "\t",
+    "  ",
+    "?",
+    "—",
+    "supercalifragilistic",
+    "0x7f",
+    '{"json": true}',
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +69,23 @@ def smollm2_tokenizer(budgetbench_counter):
 
 
 text = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join)
-message = st.builds(lambda role, content, session: Message(role, content, {"session_id": f"s{session}"}),
-                    st.sampled_from(["user", "assistant"]), text, st.integers(0, 6))
+message = st.builds(
+    lambda role, content, session: Message(role, content, {"session_id": f"s{session}"}),
+    st.sampled_from(["user", "assistant"]),
+    text,
+    st.integers(0, 6),
+)
 items = st.builds(
-    lambda history, query, system: Item("prop", tuple(sorted(history, key=lambda m: m.metadata["session_id"])),
-                                        Message("user", query), None, Message("system", system) if system else None),
-    st.lists(message, max_size=24), text, st.none() | text.filter(bool),
+    lambda history, query, system: Item(
+        "prop",
+        tuple(sorted(history, key=lambda m: m.metadata["session_id"])),
+        Message("user", query),
+        None,
+        Message("system", system) if system else None,
+    ),
+    st.lists(message, max_size=24),
+    text,
+    st.none() | text.filter(bool),
 )
 
 
@@ -69,8 +107,13 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
 
         return worst_case_summary if cls is SummaryBuffer else no_auxiliary_calls
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(item=items, permille=st.lists(st.integers(-150, 1000), min_size=len(STRATEGIES), max_size=len(STRATEGIES)))
     def check(item, permille):
         floor = smollm2_tokenizer.count(item.frame([]))  # system prompt + query alone
@@ -78,8 +121,14 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
         # Budgets mostly between the floor and a little above the whole history, where choices matter.
         span = whole + 20 - floor
         for cls, budget in zip(STRATEGIES, (max(1, floor + span * p // 1000) for p in permille)):
-            context = StrategyContext(item=item, budget=budget, counter=counter,
-                                      complete=auxiliary_calls(cls, budget), seed=0, run_dir=tmp_path)
+            context = StrategyContext(
+                item=item,
+                budget=budget,
+                counter=counter,
+                complete=auxiliary_calls(cls, budget),
+                seed=0,
+                run_dir=tmp_path,
+            )
             prompt = cls().apply(item.history, budget, context)
             exact = smollm2_tokenizer.count(prompt)  # counted afresh, no cache
             assert prompt[-1] == item.query and (item.system is None or prompt[0] == item.system)

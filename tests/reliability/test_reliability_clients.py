@@ -52,13 +52,26 @@ def both(url: str, monkeypatch) -> dict[str, tuple]:
 
 @pytest.mark.parametrize("fault", [*FAULTS, *EXTRA_FAULTS, None])
 def test_both_clients_treat_each_injected_fault_alike(fault, monkeypatch):
-    with FaultServer(rate=1.0 if fault else 0.0, faults=(fault,) if fault else FAULTS, hang_s=3.0, trickle_s=0.05,
-                     retry_after_s=0.7, count_prompt=lambda messages: 17) as server:
+    with FaultServer(
+        rate=1.0 if fault else 0.0,
+        faults=(fault,) if fault else FAULTS,
+        hang_s=3.0,
+        trickle_s=0.05,
+        retry_after_s=0.7,
+        count_prompt=lambda messages: 17,
+    ) as server:
         results = both(server.url, monkeypatch)
     assert results["direct"] == results["litellm"], results
-    expected = {"500": "TransportError", "429": "TransportError", "close": "TransportError", "hang": "TransportError",
-                "malformed": "TransportError", "truncated": "TransportError", "null_content": "ResponseError",
-                "400": "ResponseError"}.get(fault, "ok")
+    expected = {
+        "500": "TransportError",
+        "429": "TransportError",
+        "close": "TransportError",
+        "hang": "TransportError",
+        "malformed": "TransportError",
+        "truncated": "TransportError",
+        "null_content": "ResponseError",
+        "400": "ResponseError",
+    }.get(fault, "ok")
     assert results["direct"][0] == expected
 
 
@@ -87,8 +100,17 @@ class _StatusServer(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-@pytest.mark.parametrize("status,expected", [(401, "FatalError"), (404, "FatalError"), (403, "ResponseError"),
-                                             (422, "ResponseError"), (503, "TransportError"), (408, "TransportError")])
+@pytest.mark.parametrize(
+    "status,expected",
+    [
+        (401, "FatalError"),
+        (404, "FatalError"),
+        (403, "ResponseError"),
+        (422, "ResponseError"),
+        (503, "TransportError"),
+        (408, "TransportError"),
+    ],
+)
 def test_both_clients_treat_each_error_status_alike(status, expected, monkeypatch):
     server = _StatusServer(status)
     try:

@@ -39,13 +39,24 @@ def tiktoken_count():
 @pytest.mark.slow
 def test_thousand_calls_with_injected_faults(tmp_path):
     out = tmp_path / "run"
-    with FaultServer(rate=0.2, seed=8, retry_after_s=RETRY_AFTER_S, hang_s=2.0, count_prompt=tiktoken_count()) as server:
-        summary = run(RunConfig(
-            task="synthetic-memory", strategies=["truncation"], budgets=BUDGETS, out=out,
-            model="openai/fault-model", api_base=server.url, tokenizer="tiktoken:cl100k_base",
-            task_options={"items": ITEMS, "history_tokens": 200}, retries=RETRIES, timeout_s=1.0,
-            max_concurrency=16,
-        ))
+    with FaultServer(
+        rate=0.2, seed=8, retry_after_s=RETRY_AFTER_S, hang_s=2.0, count_prompt=tiktoken_count()
+    ) as server:
+        summary = run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["truncation"],
+                budgets=BUDGETS,
+                out=out,
+                model="openai/fault-model",
+                api_base=server.url,
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": ITEMS, "history_tokens": 200},
+                retries=RETRIES,
+                timeout_s=1.0,
+                max_concurrency=16,
+            )
+        )
     requests = server.requests
     events = list(iter_events(out))
     terminal = [e for e in events if e["event"] in ("result", "violation", "error")]
@@ -106,8 +117,18 @@ def test_thousand_calls_with_injected_faults(tmp_path):
     assert set(FAULTS) <= set(faults)
     calls_made = read_manifest(out)["calls_made"]
     assert len(requests) <= calls_made <= len(requests) * 1.01
-    figures = {"calls": len(requests), "calls_made": calls_made, "faults_injected": injected, "by_fault": dict(faults),
-               "cells": summary.cells_total, "results": summary.results, "violations": summary.violations,
-               "errors": summary.errors, "lost": ITEMS * len(BUDGETS) - len(keys), "min_429_gap_s": round(min(gaps), 3),
-               "outcomes": dict(outcomes), "wall_s": round(summary.wall_s, 1)}
+    figures = {
+        "calls": len(requests),
+        "calls_made": calls_made,
+        "faults_injected": injected,
+        "by_fault": dict(faults),
+        "cells": summary.cells_total,
+        "results": summary.results,
+        "violations": summary.violations,
+        "errors": summary.errors,
+        "lost": ITEMS * len(BUDGETS) - len(keys),
+        "min_429_gap_s": round(min(gaps), 3),
+        "outcomes": dict(outcomes),
+        "wall_s": round(summary.wall_s, 1),
+    }
     print("fault-injection figures:", json.dumps(figures, sort_keys=True))

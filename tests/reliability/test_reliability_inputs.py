@@ -118,8 +118,17 @@ def test_broken_dataset_files_give_task_data_errors_naming_the_file(tmp_path):
                 problems.append(f"{task} {name}: accepted, {len(items)} items")
                 continue
             try:  # no items at all: the runner refuses to start
-                run(RunConfig(task=task, strategies=["truncation"], budgets=[500], out=tmp_path / f"{task}-{name}",
-                              task_options={"path": str(path)}, api_base="http://127.0.0.1:9/v1", **RUN))
+                run(
+                    RunConfig(
+                        task=task,
+                        strategies=["truncation"],
+                        budgets=[500],
+                        out=tmp_path / f"{task}-{name}",
+                        task_options={"path": str(path)},
+                        api_base="http://127.0.0.1:9/v1",
+                        **RUN,
+                    )
+                )
                 problems.append(f"{task} {name}: a run with no items started")
             except TaskDataError as exc:
                 if path.name not in str(exc):
@@ -164,8 +173,17 @@ def registry_with_test_tasks():
 
 def test_empty_histories_and_blank_queries_run(tmp_path):
     with FaultServer() as server:
-        summary = run(RunConfig(task="reliability-empty-histories", strategies=LOCAL_STRATEGIES, budgets=[64, 500],
-                                out=tmp_path / "run", api_base=server.url, **RUN), registry=registry_with_test_tasks())
+        summary = run(
+            RunConfig(
+                task="reliability-empty-histories",
+                strategies=LOCAL_STRATEGIES,
+                budgets=[64, 500],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **RUN,
+            ),
+            registry=registry_with_test_tasks(),
+        )
     rows = final_rows(tmp_path / "run")
     assert len(rows) == summary.cells_total == 3 * len(LOCAL_STRATEGIES) * 2
     assert {r["event"] for r in rows.values()} == {"result"}, [r.get("cause") for r in rows.values()]
@@ -173,8 +191,17 @@ def test_empty_histories_and_blank_queries_run(tmp_path):
 
 def test_budget_below_system_prompt_and_question_is_a_violation(tmp_path):
     # Nothing is served: an address where no server listens proves no call is attempted.
-    summary = run(RunConfig(task="synthetic-memory", strategies=LOCAL_STRATEGIES, budgets=[1, 20], out=tmp_path / "run",
-                            api_base="http://127.0.0.1:9/v1", task_options={"items": 5, "history_tokens": 300}, **RUN))
+    summary = run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=LOCAL_STRATEGIES,
+            budgets=[1, 20],
+            out=tmp_path / "run",
+            api_base="http://127.0.0.1:9/v1",
+            task_options={"items": 5, "history_tokens": 300},
+            **RUN,
+        )
+    )
     rows = final_rows(tmp_path / "run")
     assert summary.violations == len(rows) == 5 * len(LOCAL_STRATEGIES) * 2 and summary.model_calls == 0
     for row in rows.values():
@@ -184,16 +211,40 @@ def test_budget_below_system_prompt_and_question_is_a_violation(tmp_path):
 
 def test_undecodable_bytes_are_refused_naming_item_and_field(tmp_path):
     with pytest.raises(TaskDataError, match=r"item 'bad-bytes': history\[0\]\.content is not valid UTF-8"):
-        run(RunConfig(task="reliability-smuggled-bytes", strategies=["truncation"], budgets=[500], out=tmp_path / "run",
-                      api_base="http://127.0.0.1:9/v1", **RUN), registry=registry_with_test_tasks())
+        run(
+            RunConfig(
+                task="reliability-smuggled-bytes",
+                strategies=["truncation"],
+                budgets=[500],
+                out=tmp_path / "run",
+                api_base="http://127.0.0.1:9/v1",
+                **RUN,
+            ),
+            registry=registry_with_test_tasks(),
+        )
 
 
 @pytest.mark.parametrize("flag, name, kind", [("-s", "no-such-strategy", "strategy"), ("-t", "no-such-task", "task")])
 def test_unknown_names_list_the_available_ones(tmp_path, flag, name, kind):
     arguments = {"-s": "truncation", "-t": "synthetic-memory", flag: name}
-    result = CliRunner().invoke(cli, ["run", "-t", arguments["-t"], "-s", arguments["-s"], "-o", str(tmp_path / "run"),
-                                      "-m", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
-                                      "--tokenizer", "tiktoken:cl100k_base"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "-t",
+            arguments["-t"],
+            "-s",
+            arguments["-s"],
+            "-o",
+            str(tmp_path / "run"),
+            "-m",
+            "openai/x",
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+            "--tokenizer",
+            "tiktoken:cl100k_base",
+        ],
+    )
     assert result.exit_code == 2
     output = " ".join(result.output.split())
     assert f"unknown {kind} {name!r}; available:" in output

@@ -66,7 +66,7 @@ class UnknownRole(MemoryStrategy):
     name, regime = "hostile-unknown-role", Regime.LOCAL_ONLY
 
     def apply(self, history, budget, context):
-        return context.frame([Message("tool", "{\"result\": 42}"), *history[-2:]])
+        return context.frame([Message("tool", '{"result": 42}'), *history[-2:]])
 
 
 class LoaderRaises(Task):
@@ -106,9 +106,17 @@ EXPECTED = {  # strategy -> (event, phase, words the cause must contain)
     "hostile-unknown-role": ("error", "strategy", "unknown roles ['tool']"),
     "hostile-over-budget": ("violation", "prompt", None),
 }
-SETTINGS = dict(task="synthetic-memory", budgets=[300, 1000], model="openai/fault-model",
-                tokenizer="tiktoken:cl100k_base", task_options={"items": 4, "history_tokens": 600},
-                max_concurrency=4, item_timeout_s=2.0, retries=0, timeout_s=10.0)
+SETTINGS = dict(
+    task="synthetic-memory",
+    budgets=[300, 1000],
+    model="openai/fault-model",
+    tokenizer="tiktoken:cl100k_base",
+    task_options={"items": 4, "history_tokens": 600},
+    max_concurrency=4,
+    item_timeout_s=2.0,
+    retries=0,
+    timeout_s=10.0,
+)
 
 
 @pytest.mark.slow
@@ -116,10 +124,21 @@ def test_hostile_strategies_are_recorded_and_isolated(tmp_path):
     registry = hostile_registry()
     try:
         with FaultServer() as server:
-            clean = run(RunConfig(strategies=["truncation", "checkpoint"], out=tmp_path / "clean",
-                                  api_base=server.url, **SETTINGS), registry=registry)
-            hostile = run(RunConfig(strategies=["truncation", "checkpoint", *EXPECTED], out=tmp_path / "hostile",
-                                    api_base=server.url, **SETTINGS), registry=registry)
+            clean = run(
+                RunConfig(
+                    strategies=["truncation", "checkpoint"], out=tmp_path / "clean", api_base=server.url, **SETTINGS
+                ),
+                registry=registry,
+            )
+            hostile = run(
+                RunConfig(
+                    strategies=["truncation", "checkpoint", *EXPECTED],
+                    out=tmp_path / "hostile",
+                    api_base=server.url,
+                    **SETTINGS,
+                ),
+                registry=registry,
+            )
     finally:
         RELEASE.set()
     assert clean.errors == 0
@@ -140,16 +159,28 @@ def test_hostile_strategies_are_recorded_and_isolated(tmp_path):
     for key, row in reference.items():
         assert row["event"] == "result"
         got = rows[key]
-        assert (got["event"], got["prompt_tokens"], got["prediction"]) == ("result", row["prompt_tokens"],
-                                                                           row["prediction"]), key
+        assert (got["event"], got["prompt_tokens"], got["prediction"]) == (
+            "result",
+            row["prompt_tokens"],
+            row["prediction"],
+        ), key
 
 
 def test_task_loader_that_raises_names_the_task(tmp_path):
     registry = hostile_registry()
     with pytest.raises(PluginError, match=r"task 'hostile-loader' \(budgetbench-hostile-test\).*disk on fire"):
-        run(RunConfig(task="hostile-loader", strategies=["truncation"], budgets=[500], out=tmp_path / "run",
-                      tokenizer="tiktoken:cl100k_base", model="openai/unused", api_base="http://127.0.0.1:9/v1"),
-            registry=registry)
+        run(
+            RunConfig(
+                task="hostile-loader",
+                strategies=["truncation"],
+                budgets=[500],
+                out=tmp_path / "run",
+                tokenizer="tiktoken:cl100k_base",
+                model="openai/unused",
+                api_base="http://127.0.0.1:9/v1",
+            ),
+            registry=registry,
+        )
 
 
 BROKEN_ENTRY_POINT = "reliability-broken"
@@ -177,8 +208,15 @@ def test_plugin_that_fails_to_import_is_reported_and_the_rest_runs(tmp_path, bro
     assert "missing dependency: frobnicate" in failed[BROKEN_ENTRY_POINT].error
     assert "truncation" in registry.names("strategy")  # the others still loaded
     with FaultServer() as server:
-        summary = run(RunConfig(strategies=["truncation"], out=tmp_path / "run", api_base=server.url,
-                                **{**SETTINGS, "task_options": {"items": 2, "history_tokens": 300}}), registry=registry)
+        summary = run(
+            RunConfig(
+                strategies=["truncation"],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **{**SETTINGS, "task_options": {"items": 2, "history_tokens": 300}},
+            ),
+            registry=registry,
+        )
     assert summary.results == 4
     recorded = {p["name"]: p for p in read_manifest(tmp_path / "run")["plugin_failures"]}
     assert recorded[BROKEN_ENTRY_POINT]["distribution"] == "budgetbench-reliability-broken"

@@ -33,9 +33,18 @@ from budgetbench_core.testing import FaultServer, messages_hash  # noqa: E402
 
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 KILLS = 5
-SETTINGS = dict(task="synthetic-memory", strategies=["truncation", "checkpoint"], budgets=[50, 300, 1000],
-                task_options={"items": 24, "history_tokens": 600}, seed=3, max_concurrency=2, retries=0,
-                timeout_s=10.0, tokenizer="tiktoken:cl100k_base", model="openai/fault-model")
+SETTINGS = dict(
+    task="synthetic-memory",
+    strategies=["truncation", "checkpoint"],
+    budgets=[50, 300, 1000],
+    task_options={"items": 24, "history_tokens": 600},
+    seed=3,
+    max_concurrency=2,
+    retries=0,
+    timeout_s=10.0,
+    tokenizer="tiktoken:cl100k_base",
+    model="openai/fault-model",
+)
 COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase", "cause")
 
 
@@ -45,11 +54,31 @@ def _counter():
 
 
 def _command(out: Path, api_base: str) -> list[str]:
-    command = [str(BUDGETBENCH), "run", "-t", SETTINGS["task"], "-b", " ".join(map(str, SETTINGS["budgets"])),
-               "-m", SETTINGS["model"], "--api-base", api_base, "--tokenizer", SETTINGS["tokenizer"],
-               "--seed", str(SETTINGS["seed"]), "-j", str(SETTINGS["max_concurrency"]),
-               "--retries", str(SETTINGS["retries"]), "--timeout", str(SETTINGS["timeout_s"]), "-o", str(out),
-               "--no-report"]
+    command = [
+        str(BUDGETBENCH),
+        "run",
+        "-t",
+        SETTINGS["task"],
+        "-b",
+        " ".join(map(str, SETTINGS["budgets"])),
+        "-m",
+        SETTINGS["model"],
+        "--api-base",
+        api_base,
+        "--tokenizer",
+        SETTINGS["tokenizer"],
+        "--seed",
+        str(SETTINGS["seed"]),
+        "-j",
+        str(SETTINGS["max_concurrency"]),
+        "--retries",
+        str(SETTINGS["retries"]),
+        "--timeout",
+        str(SETTINGS["timeout_s"]),
+        "-o",
+        str(out),
+        "--no-report",
+    ]
     for strategy in SETTINGS["strategies"]:
         command += ["-s", strategy]
     for key, value in SETTINGS["task_options"].items():
@@ -82,8 +111,9 @@ def test_kill_nine_and_resume_matches_uninterrupted_run(tmp_path):
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     with FaultServer(latency_s=0.03, count_prompt=_counter()) as server:
         while True:
-            process = subprocess.Popen(_command(out, server.url), env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE)
+            process = subprocess.Popen(
+                _command(out, server.url), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             # Kill after a random number of further requests (a random point mid-run).
             target = len(server.requests) + rng.randint(1, max(2, calls_needed // (KILLS + 2)))
             while process.poll() is None and kills < KILLS and len(server.requests) < target:
@@ -136,8 +166,10 @@ def test_kill_nine_and_resume_matches_uninterrupted_run(tmp_path):
     manifest = read_manifest(out)
     assert len(manifest["invocations"]) == KILLS + 1
     assert [i["finished"] is None for i in manifest["invocations"]] == [True] * KILLS + [False]
-    print(f"crash-resume figures: kills={kills} cells={len(resumed)} reference_calls={calls_needed} "
-          f"resumed_calls={len(server.requests)} repeated_calls={len(server.requests) - calls_needed}")
+    print(
+        f"crash-resume figures: kills={kills} cells={len(resumed)} reference_calls={calls_needed} "
+        f"resumed_calls={len(server.requests)} repeated_calls={len(server.requests) - calls_needed}"
+    )
 
 
 def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):

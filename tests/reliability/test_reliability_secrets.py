@@ -32,12 +32,24 @@ def _files_containing(folder: Path, needle: str) -> list[Path]:
 def test_api_key_from_environment_never_lands_in_run_or_report(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out = tmp_path / "run"
-    with FaultServer(rate=0.6, faults=("500", "429", "malformed", "null_content"), retry_after_s=0.1,
-                     echo_auth_in_errors=True) as server:
-        summary = run(RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[40, 2000], out=out,
-                                model="openai/fault-model", api_base=server.url, tokenizer="tiktoken:cl100k_base",
-                                task_options={"items": 12, "history_tokens": 300}, retries=1, timeout_s=5.0,
-                                max_concurrency=4))
+    with FaultServer(
+        rate=0.6, faults=("500", "429", "malformed", "null_content"), retry_after_s=0.1, echo_auth_in_errors=True
+    ) as server:
+        summary = run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["truncation"],
+                budgets=[40, 2000],
+                out=out,
+                model="openai/fault-model",
+                api_base=server.url,
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": 12, "history_tokens": 300},
+                retries=1,
+                timeout_s=5.0,
+                max_concurrency=4,
+            )
+        )
     # The key was really used, and the server really quoted it back in errors the run recorded.
     assert {r.authorization for r in server.requests} == {f"Bearer {SECRET}"}
     assert summary.errors > 0 and summary.results > 0 and summary.violations > 0
@@ -54,17 +66,30 @@ def test_api_key_from_environment_never_lands_in_run_or_report(tmp_path, monkeyp
         assert _files_containing(out, needle) == []
 
 
-@pytest.mark.parametrize("arguments", [
-    ["--api-key", SECRET],
-    [f"--api-key={SECRET}"],
-    ["--task-option", f"api_key={SECRET}"],
-    ["--strategy-param", f"truncation.api_key={SECRET}"],
-])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--api-key", SECRET],
+        [f"--api-key={SECRET}"],
+        ["--task-option", f"api_key={SECRET}"],
+        ["--strategy-param", f"truncation.api_key={SECRET}"],
+    ],
+)
 def test_keys_on_the_command_line_are_refused(tmp_path, arguments):
-    command = [str(BUDGETBENCH), "run", "-t", "synthetic-memory", "-s", "truncation", "-o", str(tmp_path / "run"),
-               *arguments]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    command = [
+        str(BUDGETBENCH),
+        "run",
+        "-t",
+        "synthetic-memory",
+        "-s",
+        "truncation",
+        "-o",
+        str(tmp_path / "run"),
+        *arguments,
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    )
     assert done.returncode == 2
     assert "OPENAI_API_KEY" in done.stderr and "environment variable" in done.stderr
     assert SECRET not in done.stdout + done.stderr

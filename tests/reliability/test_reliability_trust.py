@@ -51,8 +51,15 @@ DIST = "budgetbench-trust-test"
 RELEASE = threading.Event()  # lets hanging plugin threads end when the tests are over
 PAD = " PADDING-NEVER-SENT" * 400
 KEY = "sk-trust-PLANTED-9c41e07d2b6f4a13"
-BASE = dict(task="synthetic-memory", model="openai/fault-model", tokenizer="tiktoken:cl100k_base",
-            task_options={"items": 3, "history_tokens": 400}, max_concurrency=2, retries=0, timeout_s=30.0)
+BASE = dict(
+    task="synthetic-memory",
+    model="openai/fault-model",
+    tokenizer="tiktoken:cl100k_base",
+    task_options={"items": 3, "history_tokens": 400},
+    max_concurrency=2,
+    retries=0,
+    timeout_s=30.0,
+)
 
 
 def _tiktoken_count():
@@ -61,6 +68,7 @@ def _tiktoken_count():
 
 
 # ----------------------------------------------------------------- hostile plugins
+
 
 class LyingMessage(Message):
     """Counted as its content; its own to_chat would send 2,000 more tokens."""
@@ -193,8 +201,13 @@ class DataFileTask(Task):
     def load(self, limit, seed):
         records = json.loads(self.read_data_file(self.path).read_text(encoding="utf-8"))
         for record in records:
-            yield Item(record["id"], (Message("user", f"My name is {record['answer']}."),),
-                       Message("user", "What is my name?"), record["answer"], Message("system", "Answer briefly."))
+            yield Item(
+                record["id"],
+                (Message("user", f"My name is {record['answer']}."),),
+                Message("user", "What is my name?"),
+                record["answer"],
+                Message("system", "Answer briefly."),
+            )
 
 
 class CollidingIds(Task):
@@ -202,8 +215,13 @@ class CollidingIds(Task):
 
     def load(self, limit, seed):
         for item_id in ("user/42", "user_42", "User_42"):
-            yield Item(item_id, (Message("user", "hello", {"session_id": "s1"}),), Message("user", "Who am I?"),
-                       item_id, Message("system", "Answer briefly."))
+            yield Item(
+                item_id,
+                (Message("user", "hello", {"session_id": "s1"}),),
+                Message("user", "Who am I?"),
+                item_id,
+                Message("system", "Answer briefly."),
+            )
 
 
 class IngestExits(MemorySystem):
@@ -246,8 +264,18 @@ class GraderExits(Grader):
         raise SystemExit("grader gave up")
 
 
-STRATEGIES = (ToChatLies, RaisesSystemExit, RaisesKeyboardInterrupt, CycleMetadata, HangsInReset,
-              CompletesAfterTimeout, Kitchen, EchoIds, IngestExits, RetrieveHangs)
+STRATEGIES = (
+    ToChatLies,
+    RaisesSystemExit,
+    RaisesKeyboardInterrupt,
+    CycleMetadata,
+    HangsInReset,
+    CompletesAfterTimeout,
+    Kitchen,
+    EchoIds,
+    IngestExits,
+    RetrieveHangs,
+)
 
 
 @hookimpl
@@ -292,11 +320,14 @@ def _no_event_after_terminal(out: Path) -> None:
 
 # ----------------------------------------------------------------- 1. what is counted is what is sent
 
+
 def test_a_to_chat_override_never_reaches_the_wire(tmp_path, registry):
     """Old code: counted the content, sent to_chat (2,000+ tokens more), recorded an admitted result."""
     with FaultServer(count_prompt=_tiktoken_count()) as server:
-        summary = run(RunConfig(strategies=["trust-to-chat"], budgets=[300], out=tmp_path / "run",
-                                api_base=server.url, **BASE), registry=registry)
+        summary = run(
+            RunConfig(strategies=["trust-to-chat"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE),
+            registry=registry,
+        )
     assert summary.results == 3 and server.requests
     rows = final_rows(tmp_path / "run")
     audits = {e["item_id"]: e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"}
@@ -310,20 +341,31 @@ def test_served_count_over_the_budget_is_a_violation(tmp_path, registry):
     """The server counts 17 more than we do: at a budget between the two, the row is a violation."""
     settings = {**BASE, "task_options": {"items": 1, "history_tokens": 300}}
     with FaultServer(rate=1.0, faults=("usage_mismatch",), count_prompt=_tiktoken_count()) as server:
-        probe = run(RunConfig(strategies=["full_context"], budgets=[4000], out=tmp_path / "probe",
-                              api_base=server.url, **settings), registry=registry)
+        probe = run(
+            RunConfig(
+                strategies=["full_context"], budgets=[4000], out=tmp_path / "probe", api_base=server.url, **settings
+            ),
+            registry=registry,
+        )
         (ours,) = [r["prompt_tokens"] for r in final_rows(tmp_path / "probe").values()]
         budget = ours + 5  # the prompt fits our count; the server's is 17 more
-        run(RunConfig(strategies=["full_context"], budgets=[budget], out=tmp_path / "run", api_base=server.url,
-                      **settings), registry=registry)
+        run(
+            RunConfig(
+                strategies=["full_context"], budgets=[budget], out=tmp_path / "run", api_base=server.url, **settings
+            ),
+            registry=registry,
+        )
     assert probe.results == 1
     rows = list(final_rows(tmp_path / "run").values())
     assert {(r["event"], r["phase"]) for r in rows} == {("violation", "served")}
     for row in rows:
-        assert row["quality"] == 0 and row["completion"] and row["served_prompt_tokens"] > budget >= row["prompt_tokens"]
+        assert (
+            row["quality"] == 0 and row["completion"] and row["served_prompt_tokens"] > budget >= row["prompt_tokens"]
+        )
 
 
 # ----------------------------------------------------------------- 2. run identity
+
 
 def test_every_row_carries_the_run_key_and_resume_reuses_it(tmp_path, registry):
     with FaultServer() as server:
@@ -364,8 +406,15 @@ def test_a_changed_data_file_is_refused_naming_the_file_and_both_hashes(tmp_path
     data.write_text(json.dumps([{"id": "q1", "answer": "Amara"}, {"id": "q2", "answer": "Bruno"}]))
     before = hashlib.sha256(data.read_bytes()).hexdigest()
     with FaultServer() as server:
-        settings = dict(BASE, task="trust-data-file", task_options={"path": str(data)}, strategies=["truncation"],
-                        budgets=[300], out=tmp_path / "run", api_base=server.url)
+        settings = dict(
+            BASE,
+            task="trust-data-file",
+            task_options={"path": str(data)},
+            strategies=["truncation"],
+            budgets=[300],
+            out=tmp_path / "run",
+            api_base=server.url,
+        )
         run(RunConfig(**settings), registry=registry)
         data.write_text(json.dumps([{"id": "q1", "answer": "Chiara"}, {"id": "q2", "answer": "Bruno"}]))
         after = hashlib.sha256(data.read_bytes()).hexdigest()
@@ -382,9 +431,11 @@ def test_declared_data_files_of_the_dataset_tasks(tmp_path):
     from budgetbench_core.plugins import get_registry
 
     shared = ROOT.parent / "shared" / "data"
-    files = {"longmemeval": ("path", shared / "longmemeval" / "longmemeval_oracle.json", {"split": "oracle"}),
-             "longbench-v2": ("path", shared / "longbench_v2" / "longbench_v2_short_sample.json", {}),
-             "swebench-verified": ("path", shared / "swebench" / "swebench_verified_mini.jsonl", {})}
+    files = {
+        "longmemeval": ("path", shared / "longmemeval" / "longmemeval_oracle.json", {"split": "oracle"}),
+        "longbench-v2": ("path", shared / "longbench_v2" / "longbench_v2_short_sample.json", {}),
+        "swebench-verified": ("path", shared / "swebench" / "swebench_verified_mini.jsonl", {}),
+    }
     registry = get_registry()
     synthetic = registry.get("task", "synthetic-memory").obj(items=2, history_tokens=300)
     list(synthetic.load(None, 0))
@@ -402,8 +453,16 @@ def test_declared_data_files_of_the_dataset_tasks(tmp_path):
 
 def test_duplicate_budgets_and_strategies_run_once(tmp_path, registry):
     with FaultServer() as server:
-        summary = run(RunConfig(strategies=["truncation", "truncation"], budgets=[300, 300, 500], out=tmp_path / "run",
-                                api_base=server.url, **BASE), registry=registry)
+        summary = run(
+            RunConfig(
+                strategies=["truncation", "truncation"],
+                budgets=[300, 300, 500],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **BASE,
+            ),
+            registry=registry,
+        )
     terminal = [e for e in iter_events(tmp_path / "run") if e["event"] in ("result", "violation", "error")]
     assert summary.cells_total == len(terminal) == 3 * 2
     assert len(server.requests) == 6
@@ -411,35 +470,53 @@ def test_duplicate_budgets_and_strategies_run_once(tmp_path, registry):
 
 # ----------------------------------------------------------------- 3. containment and deadlines
 
-@pytest.mark.parametrize("strategy, words", [("trust-system-exit", "SystemExit"),
-                                             ("trust-keyboard-interrupt", "KeyboardInterrupt")])
+
+@pytest.mark.parametrize(
+    "strategy, words", [("trust-system-exit", "SystemExit"), ("trust-keyboard-interrupt", "KeyboardInterrupt")]
+)
 def test_base_exceptions_inside_apply_become_error_rows(tmp_path, registry, strategy, words):
     """Old code: SystemExit inside apply ended the run (exit code 0) with no row."""
     with FaultServer() as server:
-        summary = run(RunConfig(strategies=[strategy, "truncation"], budgets=[300], out=tmp_path / "run",
-                                api_base=server.url, **BASE), registry=registry)
+        summary = run(
+            RunConfig(
+                strategies=[strategy, "truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE
+            ),
+            registry=registry,
+        )
     rows = final_rows(tmp_path / "run")
     assert summary.errors == 3 and summary.results == 3 and len(rows) == 6
     for key, row in rows.items():
         if key[1] == strategy:
-            assert (row["event"], row["phase"], row["plugin"], row["distribution"]) == ("error", "strategy",
-                                                                                         strategy, DIST)
+            assert (row["event"], row["phase"], row["plugin"], row["distribution"]) == (
+                "error",
+                "strategy",
+                strategy,
+                DIST,
+            )
             assert words in row["cause"]
 
 
-@pytest.mark.parametrize("settings, phase, plugin", [
-    ({"strategies": ["trust-ingest-exits"]}, "ingest", "trust-ingest-exits"),
-    ({"strategies": ["trust-retrieve-hangs"], "item_timeout_s": 1.0}, "retrieve", "trust-retrieve-hangs"),
-    ({"strategies": ["truncation"], "task": "trust-extract-interrupts", "task_options": {}}, "extract",
-     "trust-extract-interrupts"),
-    ({"strategies": ["truncation"], "grader": "trust-grader-exits"}, "grading", "trust-grader-exits"),
-])
+@pytest.mark.parametrize(
+    "settings, phase, plugin",
+    [
+        ({"strategies": ["trust-ingest-exits"]}, "ingest", "trust-ingest-exits"),
+        ({"strategies": ["trust-retrieve-hangs"], "item_timeout_s": 1.0}, "retrieve", "trust-retrieve-hangs"),
+        (
+            {"strategies": ["truncation"], "task": "trust-extract-interrupts", "task_options": {}},
+            "extract",
+            "trust-extract-interrupts",
+        ),
+        ({"strategies": ["truncation"], "grader": "trust-grader-exits"}, "grading", "trust-grader-exits"),
+    ],
+)
 def test_every_plugin_phase_is_contained(tmp_path, registry, settings, phase, plugin):
     """ingest, retrieve, extract_prediction and grading: a BaseException or a hang is an error row
     naming the plugin, its distribution and the phase, never the end of the run."""
     with FaultServer() as server:
-        summary = run(RunConfig(**{**BASE, "budgets": [300, 500], "out": tmp_path / "run", "api_base": server.url,
-                                   **settings}), registry=registry)
+        summary = run(
+            RunConfig(**{**BASE, "budgets": [300, 500], "out": tmp_path / "run", "api_base": server.url, **settings}),
+            registry=registry,
+        )
     rows = list(final_rows(tmp_path / "run").values())
     assert rows and summary.errors == len(rows) == summary.cells_total
     for row in rows:
@@ -450,8 +527,10 @@ def test_every_plugin_phase_is_contained(tmp_path, registry, settings, phase, pl
 def test_cyclic_metadata_is_dropped_not_fatal(tmp_path, registry):
     """Old code: a metadata value with a reference cycle aborted the whole run."""
     with FaultServer() as server:
-        summary = run(RunConfig(strategies=["trust-cycle"], budgets=[300], out=tmp_path / "run",
-                                api_base=server.url, **BASE), registry=registry)
+        summary = run(
+            RunConfig(strategies=["trust-cycle"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE),
+            registry=registry,
+        )
     assert summary.results == 3
     audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
     assert all(any("loop.self (cycle)" in path for path in a["metadata_dropped"]) for a in audits)
@@ -460,8 +539,17 @@ def test_cyclic_metadata_is_dropped_not_fatal(tmp_path, registry):
 
 def test_a_hung_reset_is_timed_out(tmp_path, registry):
     with FaultServer() as server:
-        summary = run(RunConfig(strategies=["trust-hung-reset", "truncation"], budgets=[300, 500], out=tmp_path / "run",
-                                api_base=server.url, item_timeout_s=1.0, **BASE), registry=registry)
+        summary = run(
+            RunConfig(
+                strategies=["trust-hung-reset", "truncation"],
+                budgets=[300, 500],
+                out=tmp_path / "run",
+                api_base=server.url,
+                item_timeout_s=1.0,
+                **BASE,
+            ),
+            registry=registry,
+        )
     rows = final_rows(tmp_path / "run")
     hung = [r for k, r in rows.items() if k[1] == "trust-hung-reset"]
     assert len(hung) == 6 and summary.results == 6
@@ -474,9 +562,17 @@ def test_complete_after_the_cell_ended_is_refused_and_never_sent(tmp_path, regis
     LATE["calls"].clear()
     LATE["done"].clear()
     with FaultServer() as server:
-        run(RunConfig(strategies=["trust-late-complete"], budgets=[300], out=tmp_path / "run", api_base=server.url,
-                      item_timeout_s=1.0, **{**BASE, "task_options": {"items": 1, "history_tokens": 300}}),
-            registry=registry)
+        run(
+            RunConfig(
+                strategies=["trust-late-complete"],
+                budgets=[300],
+                out=tmp_path / "run",
+                api_base=server.url,
+                item_timeout_s=1.0,
+                **{**BASE, "task_options": {"items": 1, "history_tokens": 300}},
+            ),
+            registry=registry,
+        )
         assert LATE["done"].wait(30)
     (row,) = final_rows(tmp_path / "run").values()
     assert (row["event"], row["phase"]) == ("error", "strategy") and "did not return within 1 s" in row["cause"]
@@ -491,15 +587,23 @@ def test_a_server_that_trickles_bytes_is_cut_at_the_total_deadline(tmp_path, reg
     """Each byte arrives well within the 1 s per-read timeout; the whole reply takes ~10 s.
     Old code: the call waited for it and recorded a result."""
     with FaultServer(rate=1.0, faults=("trickle",), trickle_s=0.04) as server:
-        run(RunConfig(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url,
-                      **{**BASE, "timeout_s": 1.0, "task_options": {"items": 1, "history_tokens": 300}}),
-            registry=registry)
+        run(
+            RunConfig(
+                strategies=["truncation"],
+                budgets=[300],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **{**BASE, "timeout_s": 1.0, "task_options": {"items": 1, "history_tokens": 300}},
+            ),
+            registry=registry,
+        )
     (row,) = final_rows(tmp_path / "run").values()
     assert (row["event"], row["phase"]) == ("error", "model")
     assert "total deadline of 1 s" in row["cause"] and server.requests
 
 
 # ----------------------------------------------------------------- 4. names on disk
+
 
 def test_names_on_disk_are_injective():
     names = ["user/42", "user_42", "User_42", "user 42", "a" * 200, "a" * 199 + "b", ".", "..", "", "x~1", "ü", "u"]
@@ -513,8 +617,16 @@ def test_names_on_disk_are_injective():
 def test_colliding_ids_get_their_own_retrievals_and_pages(tmp_path, registry):
     """Old code: user/42 and user_42 shared one retrievals file; one item got the other's memories."""
     with FaultServer() as server:
-        run(RunConfig(**{**BASE, "task": "trust-colliding-ids", "task_options": {}}, strategies=["trust-echo-ids"],
-                      budgets=[300], out=tmp_path / "run", api_base=server.url), registry=registry)
+        run(
+            RunConfig(
+                **{**BASE, "task": "trust-colliding-ids", "task_options": {}},
+                strategies=["trust-echo-ids"],
+                budgets=[300],
+                out=tmp_path / "run",
+                api_base=server.url,
+            ),
+            registry=registry,
+        )
     audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
     assert len(audits) == 3
     for audit in audits:
@@ -528,15 +640,23 @@ def test_colliding_ids_get_their_own_retrievals_and_pages(tmp_path, registry):
 
 # ----------------------------------------------------------------- 5. measured or null
 
+
 def test_missing_usage_is_null_and_reported_apart(tmp_path, registry):
     """Old code: a reply without a usage block was recorded as served_prompt_tokens: 0."""
     with FaultServer(rate=1.0, faults=("no_usage",)) as server:
-        run(RunConfig(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE),
-            registry=registry)
+        run(
+            RunConfig(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url, **BASE),
+            registry=registry,
+        )
     rows = list(final_rows(tmp_path / "run").values())
     assert len(rows) == 3
-    assert all(r["event"] == "result" and r["served_prompt_tokens"] is None and r["served_count_matches"] is None
-               and r["completion_tokens"] is None for r in rows)
+    assert all(
+        r["event"] == "result"
+        and r["served_prompt_tokens"] is None
+        and r["served_count_matches"] is None
+        and r["completion_tokens"] is None
+        for r in rows
+    )
     from budgetbench_core.report.data import load_run
 
     data = load_run(tmp_path / "run")
@@ -544,13 +664,15 @@ def test_missing_usage_is_null_and_reported_apart(tmp_path, registry):
     from budgetbench_core.report import write_report
 
     write_report(tmp_path / "run")
-    pages = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "run" / "report").glob("*.*")
-                    if p.suffix in (".md", ".html"))
+    pages = "".join(
+        p.read_text(encoding="utf-8") for p in (tmp_path / "run" / "report").glob("*.*") if p.suffix in (".md", ".html")
+    )
     assert "not reported by the server on 3 result rows (counted apart from mismatches)" in pages
     assert "not reported" in (tmp_path / "run" / "report" / "index.html").read_text(encoding="utf-8")
 
 
 # ----------------------------------------------------------------- 6. secrets
+
 
 def _files_with(folder: Path, needle: str) -> list[str]:
     done = subprocess.run(["grep", "-rl", "--binary-files=text", needle, str(folder)], capture_output=True, text=True)
@@ -586,10 +708,20 @@ class _LongErrorServer:
                     padding = "x" * (300 + 20 * len(errors))
                     status, payload = 500, {"error": {"message": f"{padding} you sent {key}", "type": "server"}}
                 else:
-                    payload = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": f"Amara. By the way: {key}"}}],
-                               "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55}}
+                    payload = {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": f"Amara. By the way: {key}"},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55},
+                    }
                     status = 200
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -613,8 +745,13 @@ def test_a_planted_key_echoed_in_a_reply_and_a_long_error_never_reaches_disk(tmp
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     server = _LongErrorServer()
     try:
-        settings = dict(strategies=["truncation"], budgets=[300, 400], out=tmp_path / "run", api_base=server.url,
-                        **{**BASE, "retries": 0, "task_options": {"items": 6, "history_tokens": 300}})
+        settings = dict(
+            strategies=["truncation"],
+            budgets=[300, 400],
+            out=tmp_path / "run",
+            api_base=server.url,
+            **{**BASE, "retries": 0, "task_options": {"items": 6, "history_tokens": 300}},
+        )
         first = run(RunConfig(**settings), registry=registry)  # every first request: the long error
         second = run(RunConfig(**settings), registry=registry)  # retried: the 200 reply quoting the key
     finally:
@@ -626,12 +763,18 @@ def test_a_planted_key_echoed_in_a_reply_and_a_long_error_never_reaches_disk(tmp
 
 # ----------------------------------------------------------------- 7. cache integrity
 
+
 def test_a_corrupt_cache_entry_is_a_miss_with_a_warning(tmp_path, registry):
     import shutil
 
     with FaultServer() as server:
-        settings = dict(strategies=["truncation"], budgets=[300], out=tmp_path / "run", api_base=server.url,
-                        **{**BASE, "task_options": {"items": 1, "history_tokens": 300}})
+        settings = dict(
+            strategies=["truncation"],
+            budgets=[300],
+            out=tmp_path / "run",
+            api_base=server.url,
+            **{**BASE, "task_options": {"items": 1, "history_tokens": 300}},
+        )
         run(RunConfig(**settings), registry=registry)
         with sqlite3.connect(tmp_path / "run" / "cache.sqlite") as db:
             db.execute("UPDATE responses SET completion = '{\"text\": 42'")
@@ -646,13 +789,21 @@ def test_an_unreadable_cache_file_is_a_clear_error(tmp_path, registry):
     out = tmp_path / "run"
     out.mkdir()
     (out / "cache.sqlite").write_bytes(b"this is not a database" * 100)
-    with FaultServer() as server, pytest.raises(CacheError, match=r"cache.sqlite: the response cache cannot be "
-                                                                  r"read .* move it away"):
-        run(RunConfig(strategies=["truncation"], budgets=[300], out=out, api_base=server.url, **BASE),
-            registry=registry)
+    with (
+        FaultServer() as server,
+        pytest.raises(
+            CacheError,
+            match=r"cache.sqlite: the response cache cannot be "
+            r"read .* move it away",
+        ),
+    ):
+        run(
+            RunConfig(strategies=["truncation"], budgets=[300], out=out, api_base=server.url, **BASE), registry=registry
+        )
 
 
 # ----------------------------------------------------------------- 8. one gate, one sandbox, typed events
+
 
 def test_the_kit_uses_the_runners_gate_and_validation(tmp_path, registry):
     """A prompt the kit passes is one the runner admits: both count the canonical prompt."""
@@ -670,10 +821,19 @@ def test_the_kit_uses_the_runners_gate_and_validation(tmp_path, registry):
 def test_events_doc_is_generated_from_the_dataclasses_and_rows_follow_them(tmp_path, registry):
     assert (ROOT / "docs" / "events.md").read_text(encoding="utf-8") == event_records.render_markdown()
     with FaultServer() as server:
-        run(RunConfig(strategies=["truncation", "summary_buffer", "trust-system-exit"], budgets=[200, 600],
-                      out=tmp_path / "run", api_base=server.url, **BASE), registry=registry)
-    by_kind = {cls.EVENT: {f.name for f in event_records.fields(cls)} | {"event", "time"}
-               for cls in event_records.ALL_EVENTS}
+        run(
+            RunConfig(
+                strategies=["truncation", "summary_buffer", "trust-system-exit"],
+                budgets=[200, 600],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **BASE,
+            ),
+            registry=registry,
+        )
+    by_kind = {
+        cls.EVENT: {f.name for f in event_records.fields(cls)} | {"event", "time"} for cls in event_records.ALL_EVENTS
+    }
     seen = Counter()
     for event in iter_events(tmp_path / "run"):
         assert set(event) == by_kind[event["event"]], event["event"]
@@ -683,22 +843,48 @@ def test_events_doc_is_generated_from_the_dataclasses_and_rows_follow_them(tmp_p
 
 # ----------------------------------------------------------------- all at once
 
+
 def test_every_hostile_behaviour_at_once(tmp_path, registry, monkeypatch):
     """One hostile strategy beside truncation, 20% server faults, a planted key: truncation's rows
     are complete and identical to a clean run; every hostile cell is an error or violation naming
     the plugin; the key is nowhere under the run directory."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    settings = dict(BASE, task_options={"items": 14, "history_tokens": 400}, retries=6, timeout_s=2.0,
-                    max_concurrency=4, item_timeout_s=5.0)
+    settings = dict(
+        BASE,
+        task_options={"items": 14, "history_tokens": 400},
+        retries=6,
+        timeout_s=2.0,
+        max_concurrency=4,
+        item_timeout_s=5.0,
+    )
     compared = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens")
     with FaultServer(count_prompt=_tiktoken_count()) as server:
-        run(RunConfig(strategies=["truncation"], budgets=[200, 600], out=tmp_path / "clean", api_base=server.url,
-                      **settings), registry=registry)
+        run(
+            RunConfig(
+                strategies=["truncation"], budgets=[200, 600], out=tmp_path / "clean", api_base=server.url, **settings
+            ),
+            registry=registry,
+        )
     faults = ("500", "429", "close", "truncated", "trickle")  # transport faults: retried, so rows match
-    with FaultServer(rate=0.2, faults=faults, seed=5, retry_after_s=0.1, trickle_s=0.03, echo_auth_in_errors=True,
-                     count_prompt=_tiktoken_count()) as server:
-        summary = run(RunConfig(strategies=["truncation", "trust-hostile"], budgets=[200, 600], out=tmp_path / "run",
-                                api_base=server.url, **settings), registry=registry)
+    with FaultServer(
+        rate=0.2,
+        faults=faults,
+        seed=5,
+        retry_after_s=0.1,
+        trickle_s=0.03,
+        echo_auth_in_errors=True,
+        count_prompt=_tiktoken_count(),
+    ) as server:
+        summary = run(
+            RunConfig(
+                strategies=["truncation", "trust-hostile"],
+                budgets=[200, 600],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **settings,
+            ),
+            registry=registry,
+        )
     rows = final_rows(tmp_path / "run")
     assert summary.cells_total == len(rows) == 14 * 2 * 2
     clean = final_rows(tmp_path / "clean")

@@ -34,8 +34,9 @@ class _CachedClassifier:
         self.outputs: dict[str, Any] = {}
 
     def __call__(self, input_ids, attention_mask):
-        key = hashlib.blake2b(input_ids.cpu().numpy().tobytes() + attention_mask.cpu().numpy().tobytes(),
-                              digest_size=16).hexdigest()
+        key = hashlib.blake2b(
+            input_ids.cpu().numpy().tobytes() + attention_mask.cpu().numpy().tobytes(), digest_size=16
+        ).hexdigest()
         if key not in self.outputs:
             self.outputs[key] = self.model(input_ids=input_ids, attention_mask=attention_mask)
         return self.outputs[key]
@@ -60,14 +61,30 @@ class LLMLingua2(MemoryStrategy):
     regime = Regime.AUXILIARY_MODEL
     description = "LLMLingua-2 compression of the history toward the budget, re-counted exactly."
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu", max_tries: int = 4, headroom: float = 0.9,
-                 force_tokens: Sequence[str] = (), context_level_filter: bool = False, **params: Any) -> None:
-        super().__init__(model=model, device=device, max_tries=max_tries, headroom=headroom,
-                         force_tokens=list(force_tokens), context_level_filter=context_level_filter, **params)
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str = "cpu",
+        max_tries: int = 4,
+        headroom: float = 0.9,
+        force_tokens: Sequence[str] = (),
+        context_level_filter: bool = False,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            model=model,
+            device=device,
+            max_tries=max_tries,
+            headroom=headroom,
+            force_tokens=list(force_tokens),
+            context_level_filter=context_level_filter,
+            **params,
+        )
         if not any(family in str(model) for family in SUPPORTED_FAMILIES):
             raise ValueError(
                 f"llmlingua2 model {model!r}: llmlingua 0.2.2 only handles models whose name or folder contains "
-                f"one of {SUPPORTED_FAMILIES} (it chooses its word-merging rules by that name)")
+                f"one of {SUPPORTED_FAMILIES} (it chooses its word-merging rules by that name)"
+            )
         if int(max_tries) < 1 or not 0 < float(headroom):
             raise ValueError(f"llmlingua2: max_tries must be >= 1 and headroom > 0, got {max_tries}, {headroom}")
         self.model_name = str(model)
@@ -105,8 +122,10 @@ class LLMLingua2(MemoryStrategy):
     def apply(self, history, budget, context):
         full = context.frame(list(history))
         if not history or (context.counter.estimate(full) <= budget and context.counter.count(full) <= budget):
-            context.audit["llmlingua2"] = {"compressed": False, "reason": "the whole history fits" if history
-                                           else "there is no history"}
+            context.audit["llmlingua2"] = {
+                "compressed": False,
+                "reason": "the whole history fits" if history else "there is no history",
+            }
             return full
         if self._item_id != context.item.id:
             self.reset()
@@ -119,8 +138,13 @@ class LLMLingua2(MemoryStrategy):
         original = context.counter.content_tokens("\n\n".join(texts))
         fixed = context.counter.count(frame(""))
         room = budget - fixed
-        audit: dict[str, Any] = {"compressed": True, "model": self.model_name, "original_tokens": original,
-                                 "room_tokens": room, "attempts": []}
+        audit: dict[str, Any] = {
+            "compressed": True,
+            "model": self.model_name,
+            "original_tokens": original,
+            "room_tokens": room,
+            "attempts": [],
+        }
         context.audit["llmlingua2"] = audit
         if room <= 0:
             audit["reason"] = "system prompt, header and query alone fill the budget"
@@ -130,24 +154,35 @@ class LLMLingua2(MemoryStrategy):
         prompt = frame("")
         for _ in range(self.max_tries):
             started = time.perf_counter()
-            result = compressor.compress_prompt(texts, rate=rate, force_tokens=self.force_tokens,
-                                                use_context_level_filter=self.context_level_filter)
+            result = compressor.compress_prompt(
+                texts, rate=rate, force_tokens=self.force_tokens, use_context_level_filter=self.context_level_filter
+            )
             seconds = time.perf_counter() - started
             prompt = frame(result["compressed_prompt"])
             exact = context.counter.count(prompt)
             used = exact - fixed
-            audit["attempts"].append({
-                "rate": rate, "seconds": seconds, "prompt_tokens": exact, "history_tokens": used,
-                "compressor_origin_tokens": result["origin_tokens"],
-                "compressor_compressed_tokens": result["compressed_tokens"],
-                "compressor_ratio": result["ratio"],
-            })
+            audit["attempts"].append(
+                {
+                    "rate": rate,
+                    "seconds": seconds,
+                    "prompt_tokens": exact,
+                    "history_tokens": used,
+                    "compressor_origin_tokens": result["origin_tokens"],
+                    "compressor_compressed_tokens": result["compressed_tokens"],
+                    "compressor_ratio": result["ratio"],
+                }
+            )
             if exact <= budget or rate <= MIN_RATE:  # fits, or no lower rate left to try
                 break
             rate = max(MIN_RATE, rate * min(1.0, room / max(used, 1)) * SHRINK)
-        audit.update({"prompt_tokens": exact, "within_budget": exact <= budget,
-                      "compression_ratio": original / max(used, 1),
-                      "compression_s": sum(a["seconds"] for a in audit["attempts"])})
+        audit.update(
+            {
+                "prompt_tokens": exact,
+                "within_budget": exact <= budget,
+                "compression_ratio": original / max(used, 1),
+                "compression_s": sum(a["seconds"] for a in audit["attempts"]),
+            }
+        )
         return prompt
 
 

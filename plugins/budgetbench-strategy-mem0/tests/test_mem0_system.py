@@ -26,15 +26,26 @@ def offline(monkeypatch):
 def oracle_item() -> Item:
     """The smallest LongMemEval oracle question with at least two sessions and twelve messages."""
     data = shared_data("longmemeval/longmemeval_oracle.json")
-    records = [r for r in json.loads(data.read_text(encoding="utf-8"))
-               if len(r["haystack_sessions"]) >= 2 and sum(map(len, r["haystack_sessions"])) >= 12]
+    records = [
+        r
+        for r in json.loads(data.read_text(encoding="utf-8"))
+        if len(r["haystack_sessions"]) >= 2 and sum(map(len, r["haystack_sessions"])) >= 12
+    ]
     record = min(records, key=lambda r: sum(len(m["content"]) for s in r["haystack_sessions"] for m in s))
-    history = [Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
-               for sid, date, session in zip(record["haystack_session_ids"], record["haystack_dates"],
-                                             record["haystack_sessions"])
-               for m in session]
-    return Item(record["question_id"], tuple(history), Message("user", record["question"]), record["answer"],
-                system=Message("system", "Answer from the memories."))
+    history = [
+        Message(m["role"], m["content"], {"session_id": sid, "timestamp": date})
+        for sid, date, session in zip(
+            record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"]
+        )
+        for m in session
+    ]
+    return Item(
+        record["question_id"],
+        tuple(history),
+        Message("user", record["question"]),
+        record["answer"],
+        system=Message("system", "Answer from the memories."),
+    )
 
 
 def context_for(item: Item, run_dir: Path, counter: PromptCounter | None = None, budget: int = 0) -> StrategyContext:
@@ -80,8 +91,9 @@ def test_defect_13_mem0_search_returns_the_requested_count(ingested, oracle_item
         assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
         assert {r.source_id for r in ranked} <= {s.id for s in oracle_item.sessions()}
     # Why top_k: mem0 2.2.1 silently ignores ``limit`` and returns its default of 20.
-    ignored = system.memory.search(oracle_item.query.content, limit=3, threshold=0.0,
-                                   filters={"user_id": system.user_id(oracle_item.id)})["results"]
+    ignored = system.memory.search(
+        oracle_item.query.content, limit=3, threshold=0.0, filters={"user_id": system.user_id(oracle_item.id)}
+    )["results"]
     assert len(ignored) == min(20, len(oracle_item.history)) != 3
 
 
@@ -106,8 +118,10 @@ def test_harness_fills_the_budget_with_whole_mem0_memories(ingested, oracle_item
     assert sorted(fill.included + fill.dropped) == list(range(len(ranked)))
 
 
-FAULT_MODES = {"reject": {"rate": 1.0, "faults": ("400",)},  # the LLM refuses every call
-               "garbage": {"reply": lambda messages: "this is not JSON"}}  # a reply mem0 cannot parse
+FAULT_MODES = {
+    "reject": {"rate": 1.0, "faults": ("400",)},  # the LLM refuses every call
+    "garbage": {"reply": lambda messages: "this is not JSON"},
+}  # a reply mem0 cannot parse
 
 
 @pytest.fixture
@@ -120,13 +134,16 @@ def faulty_llm(monkeypatch, request):
 
 
 def two_session_item() -> Item:
-    history = [Message("user", f"In session {s} I said my {thing} is {value}.", {"session_id": f"s{s}"})
-               for s, (thing, value) in enumerate([("bike", "red"), ("cat", "Miso")], 1)]
+    history = [
+        Message("user", f"In session {s} I said my {thing} is {value}.", {"session_id": f"s{s}"})
+        for s, (thing, value) in enumerate([("bike", "red"), ("cat", "Miso")], 1)
+    ]
     return Item("faulty-item", tuple(history), Message("user", "What colour is my bike?"), "red")
 
 
-@pytest.mark.parametrize("faulty_llm, cause", [("reject", "injected 400"), ("garbage", "mem0 logged errors")],
-                         indirect=["faulty_llm"])
+@pytest.mark.parametrize(
+    "faulty_llm, cause", [("reject", "injected 400"), ("garbage", "mem0 logged errors")], indirect=["faulty_llm"]
+)
 def test_defect_07_failed_adds_are_retried_then_reported_with_their_cause(faulty_llm, tmp_path, cause):
     server, llm = faulty_llm
     item = two_session_item()
@@ -141,9 +158,18 @@ def test_defect_07_failed_adds_are_retried_then_reported_with_their_cause(faulty
 @pytest.mark.slow
 def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path):
     _, llm = faulty_llm
-    summary = run(RunConfig(task="synthetic-memory", strategies=["mem0"], out=tmp_path / "run", budgets=[512],
-                            limit=1, max_concurrency=1, task_options={"items": 1, "history_tokens": 600},
-                            strategy_params={"mem0": {"infer": True, "llm": llm, "retries": 0}}))
+    summary = run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["mem0"],
+            out=tmp_path / "run",
+            budgets=[512],
+            limit=1,
+            max_concurrency=1,
+            task_options={"items": 1, "history_tokens": 600},
+            strategy_params={"mem0": {"infer": True, "llm": llm, "retries": 0}},
+        )
+    )
     assert (summary.results, summary.violations, summary.errors) == (0, 0, 1)
     rows = [json.loads(line) for line in next((tmp_path / "run" / "cells").rglob("r0.jsonl")).read_text().splitlines()]
     error = next(r for r in rows if r["event"] == "error")
@@ -154,9 +180,18 @@ def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path
 
 @pytest.mark.slow
 def test_mem0_run_end_to_end_has_no_violations(tmp_path):
-    summary = run(RunConfig(task="synthetic-memory", strategies=["mem0"], out=tmp_path / "run", budgets=[256, 512],
-                            limit=1, max_concurrency=1, task_options={"items": 1, "history_tokens": 600},
-                            strategy_params={"mem0": {"top_k": 10}}))
+    summary = run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=["mem0"],
+            out=tmp_path / "run",
+            budgets=[256, 512],
+            limit=1,
+            max_concurrency=1,
+            task_options={"items": 1, "history_tokens": 600},
+            strategy_params={"mem0": {"top_k": 10}},
+        )
+    )
     assert (summary.results, summary.violations, summary.errors) == (2, 0, 0)
     saved = list((tmp_path / "run" / "retrievals" / "mem0").glob("*.json"))
     assert len(saved) == 1  # retrieved once, reused by both tiers

@@ -46,7 +46,7 @@ def chunk_text(text: str, chunk_tokens: int) -> tuple[list[str], int]:
     chunks: list[str] = []
     start = position = 0
     for first in range(0, len(tokens), chunk_tokens):
-        position += len(encoding().decode_bytes(tokens[first:first + chunk_tokens]))
+        position += len(encoding().decode_bytes(tokens[first : first + chunk_tokens]))
         end = position
         while end < len(raw) and raw[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte
             end += 1

@@ -9,8 +9,16 @@ from pathlib import Path
 from budgetbench_core import TaskDataError
 
 CHOICES = ("A", "B", "C", "D")
-TEXT_FIELDS = ("_id", "domain", "sub_domain", "difficulty", "length", "question", "context",
-               *(f"choice_{letter}" for letter in CHOICES))
+TEXT_FIELDS = (
+    "_id",
+    "domain",
+    "sub_domain",
+    "difficulty",
+    "length",
+    "question",
+    "context",
+    *(f"choice_{letter}" for letter in CHOICES),
+)
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,15 @@ def _record(path: Path, index: int, row: object) -> Record:
         if not row[name].strip():
             raise TaskDataError(f"{where}: field {name!r} is empty")
     return Record(
-        id=row["_id"], domain=row["domain"], sub_domain=row["sub_domain"], difficulty=row["difficulty"],
-        length=row["length"], question=row["question"],
-        choices={letter: row[f"choice_{letter}"] for letter in CHOICES}, answer=row["answer"], context=row["context"],
+        id=row["_id"],
+        domain=row["domain"],
+        sub_domain=row["sub_domain"],
+        difficulty=row["difficulty"],
+        length=row["length"],
+        question=row["question"],
+        choices={letter: row[f"choice_{letter}"] for letter in CHOICES},
+        answer=row["answer"],
+        context=row["context"],
     )
 
 

@@ -18,5 +18,12 @@ def register_graders(register):
 
 @hookimpl
 def register_datasets(register):
-    register(Dataset("longbench-v2", "THUDM/LongBench-v2", DATASET, {"data.json": DEFAULT_FILE},
-                     "LongBench v2 (503 multiple-choice questions)"))
+    register(
+        Dataset(
+            "longbench-v2",
+            "THUDM/LongBench-v2",
+            DATASET,
+            {"data.json": DEFAULT_FILE},
+            "LongBench v2 (503 multiple-choice questions)",
+        )
+    )

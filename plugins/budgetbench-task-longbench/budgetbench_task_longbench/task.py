@@ -41,19 +41,31 @@ class LongBenchV2(Task):
     max_output_tokens = 128
     description = "LongBench v2 multiple choice; context in fixed token chunks; official answer extraction."
 
-    def __init__(self, path: str | None = None, chunk_tokens: int = 512, category: str = "difficulty",
-                 max_natural_tokens: int | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        chunk_tokens: int = 512,
+        category: str = "difficulty",
+        max_natural_tokens: int | None = None,
+        **options: Any,
+    ) -> None:
         if options:
-            raise ValueError(f"longbench-v2: unknown options {sorted(options)}; known: path, chunk_tokens, category, "
-                             f"max_natural_tokens")
+            raise ValueError(
+                f"longbench-v2: unknown options {sorted(options)}; known: path, chunk_tokens, category, "
+                f"max_natural_tokens"
+            )
         if category not in CATEGORY_FIELDS:
             raise ValueError(f"longbench-v2: category must be one of {', '.join(CATEGORY_FIELDS)}, got {category!r}")
         if int(chunk_tokens) <= 0:
             raise ValueError(f"longbench-v2: chunk_tokens must be a positive integer, got {chunk_tokens!r}")
         if max_natural_tokens is not None and int(max_natural_tokens) <= 0:
             raise ValueError(f"longbench-v2: max_natural_tokens must be a positive integer, got {max_natural_tokens!r}")
-        super().__init__(path=path, chunk_tokens=int(chunk_tokens), category=category,
-                         max_natural_tokens=None if max_natural_tokens is None else int(max_natural_tokens))
+        super().__init__(
+            path=path,
+            chunk_tokens=int(chunk_tokens),
+            category=category,
+            max_natural_tokens=None if max_natural_tokens is None else int(max_natural_tokens),
+        )
         self.path = path
         self.chunk_tokens = int(chunk_tokens)
         self.category = category
@@ -63,20 +75,39 @@ class LongBenchV2(Task):
     def item(self, record: Record) -> Item:
         chunks, context_tokens = chunk_text(record.context, self.chunk_tokens)
         history = tuple(
-            Message("user", text, {"session_id": f"chunk-{index:04d}", "source_id": f"{record.id}/chunk-{index:04d}",
-                                   "chunk_index": index, "chunk_count": len(chunks)})
+            Message(
+                "user",
+                text,
+                {
+                    "session_id": f"chunk-{index:04d}",
+                    "source_id": f"{record.id}/chunk-{index:04d}",
+                    "chunk_index": index,
+                    "chunk_count": len(chunks),
+                },
+            )
             for index, text in enumerate(chunks)
         )
         system, query = Message("system", SYSTEM_PROMPT), Message("user", query_text(record))
-        natural = REPLY_PRIMING_TOKENS + context_tokens + sum(
-            PER_MESSAGE_TOKENS + count_tokens(m.role) for m in history) + sum(
-            PER_MESSAGE_TOKENS + count_tokens(m.role) + count_tokens(m.content) for m in (system, query))
+        natural = (
+            REPLY_PRIMING_TOKENS
+            + context_tokens
+            + sum(PER_MESSAGE_TOKENS + count_tokens(m.role) for m in history)
+            + sum(PER_MESSAGE_TOKENS + count_tokens(m.role) + count_tokens(m.content) for m in (system, query))
+        )
         categories = {"difficulty": record.difficulty, "length": record.length, "domain": record.domain}
         return Item(
-            id=record.id, history=history, query=query, answer=record.answer, system=system,
+            id=record.id,
+            history=history,
+            query=query,
+            answer=record.answer,
+            system=system,
             category=categories[self.category],
-            metadata={"categories": categories, "sub_domain": record.sub_domain, "natural_tokens": natural,
-                      "chunk_tokens": self.chunk_tokens},
+            metadata={
+                "categories": categories,
+                "sub_domain": record.sub_domain,
+                "natural_tokens": natural,
+                "chunk_tokens": self.chunk_tokens,
+            },
         )
 
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
@@ -84,26 +115,40 @@ class LongBenchV2(Task):
         records = load_records(path)
         if self.max_natural_tokens is None:
             # Chunk only what is selected: chunking every context takes seconds.
-            chosen = records if limit is None else balanced(records, limit, seed, lambda r: getattr(r, self.category), "longbench-v2")
+            chosen = (
+                records
+                if limit is None
+                else balanced(records, limit, seed, lambda r: getattr(r, self.category), "longbench-v2")
+            )
             selected, fitting = [self.item(record) for record in chosen], len(records)
         else:
             items = [self.item(record) for record in records]
             fits = [i for i in items if i.metadata["natural_tokens"] <= self.max_natural_tokens]
             if not fits:
                 smallest = min((i.metadata["natural_tokens"] for i in items), default=None)
-                raise TaskDataError(f"{path}: no item's full prompt fits max_natural_tokens={self.max_natural_tokens} "
-                                    f"(the smallest needs {smallest} {ENCODING} tokens)")
+                raise TaskDataError(
+                    f"{path}: no item's full prompt fits max_natural_tokens={self.max_natural_tokens} "
+                    f"(the smallest needs {smallest} {ENCODING} tokens)"
+                )
             selected = fits if limit is None else balanced(fits, limit, seed, lambda i: i.category, "longbench-v2")
             fitting = len(fits)
-        self._notes = {"data_file": str(path), "items_in_file": len(records), "items_fitting": fitting,
-                       "items_selected": len(selected)}
+        self._notes = {
+            "data_file": str(path),
+            "items_in_file": len(records),
+            "items_fitting": fitting,
+            "items_selected": len(selected),
+        }
         yield from selected
 
     def manifest_notes(self) -> dict[str, Any]:
         notes: dict[str, Any] = {
-            **super().manifest_notes(), **self._notes,
-            "chunking": {"tokenizer": f"tiktoken:{ENCODING}", "chunk_tokens": self.chunk_tokens,
-                         "independent_of_budget": True},
+            **super().manifest_notes(),
+            **self._notes,
+            "chunking": {
+                "tokenizer": f"tiktoken:{ENCODING}",
+                "chunk_tokens": self.chunk_tokens,
+                "independent_of_budget": True,
+            },
             "category_field": self.category,
             "category_fields": list(CATEGORY_FIELDS),
             "selection_conditioned": self.max_natural_tokens is not None,
@@ -112,9 +157,11 @@ class LongBenchV2(Task):
             notes["selection"] = {
                 "max_natural_tokens": self.max_natural_tokens,
                 "counted_with": f"tiktoken:{ENCODING} plus {PER_MESSAGE_TOKENS} tokens per message and "
-                                f"{REPLY_PRIMING_TOKENS} for the reply (approximate: not the served model's count)",
-                "label": (f"selection-conditioned: only the {self._notes.get('items_fitting')} of "
-                          f"{self._notes.get('items_in_file')} items whose full prompt is at most "
-                          f"{self.max_natural_tokens} tokens; not comparable with results on all items"),
+                f"{REPLY_PRIMING_TOKENS} for the reply (approximate: not the served model's count)",
+                "label": (
+                    f"selection-conditioned: only the {self._notes.get('items_fitting')} of "
+                    f"{self._notes.get('items_in_file')} items whose full prompt is at most "
+                    f"{self.max_natural_tokens} tokens; not comparable with results on all items"
+                ),
             }
         return notes

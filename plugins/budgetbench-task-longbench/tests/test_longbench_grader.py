@@ -8,31 +8,37 @@ from budgetbench_task_longbench.grader import LongBenchChoice, extract_answer
 from budgetbench_core import GradingContext, Item, Message
 
 
-@pytest.mark.parametrize("reply, letter", [
-    ("The correct answer is (B)", "B"),
-    ("**The correct answer is (C)**", "C"),
-    ("The correct answer is **(D)**.", "D"),
-    ("Reasoning first. The correct answer is A.", "A"),
-    ("The correct answer is D", "D"),
-    ("The correct answer is (A) because the text says so. The correct answer is (B)", "A"),
-    ("The correct answer is B, not (A).", "B"),
-])
+@pytest.mark.parametrize(
+    "reply, letter",
+    [
+        ("The correct answer is (B)", "B"),
+        ("**The correct answer is (C)**", "C"),
+        ("The correct answer is **(D)**.", "D"),
+        ("Reasoning first. The correct answer is A.", "A"),
+        ("The correct answer is D", "D"),
+        ("The correct answer is (A) because the text says so. The correct answer is (B)", "A"),
+        ("The correct answer is B, not (A).", "B"),
+    ],
+)
 def test_official_patterns_extract(reply, letter):
     assert extract_answer(reply)[0] == letter
 
 
-@pytest.mark.parametrize("reply", [
-    "A person who reads the text would say B.",
-    "A",
-    "(A)",
-    "Answer: A",
-    "A. The basic terms of the main agreement are defined.",
-    "The correct answer is Apparently (C).",
-    "The correct answer is (E)",
-    "the correct answer is (a)",
-    "",
-    "   ",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "A person who reads the text would say B.",
+        "A",
+        "(A)",
+        "Answer: A",
+        "A. The basic terms of the main agreement are defined.",
+        "The correct answer is Apparently (C).",
+        "The correct answer is (E)",
+        "the correct answer is (a)",
+        "",
+        "   ",
+    ],
+)
 def test_defect_12_no_answer_without_the_official_sentence(reply):
     assert extract_answer(reply) == (None, None)
 

@@ -46,8 +46,11 @@ def test_items_have_chunks_question_last_and_categories(items):
         assert f"({letter}) {row['choice_' + letter]}" in item.query.content
     assert item.query.content.endswith(ANSWER_FORMAT)
     assert item.category == row["difficulty"]
-    assert item.metadata["categories"] == {"difficulty": row["difficulty"], "length": row["length"],
-                                           "domain": row["domain"]}
+    assert item.metadata["categories"] == {
+        "difficulty": row["difficulty"],
+        "length": row["length"],
+        "domain": row["domain"],
+    }
     by_domain = list(LongBenchV2(path=str(SAMPLE), category="domain").load(10, 0))
     assert all(i.category == raw[i.id]["domain"] for i in by_domain)
     assert len({i.category for i in by_domain}) == len({r["domain"] for r in raw.values()}) == 5
@@ -117,20 +120,35 @@ def _write(tmp_path, rows):
 
 
 def _row(**changes):
-    row = {"_id": "x1", "domain": "d", "sub_domain": "s", "difficulty": "easy", "length": "short", "question": "q?",
-           "choice_A": "a", "choice_B": "b", "choice_C": "c", "choice_D": "d", "answer": "B", "context": "text"}
+    row = {
+        "_id": "x1",
+        "domain": "d",
+        "sub_domain": "s",
+        "difficulty": "easy",
+        "length": "short",
+        "question": "q?",
+        "choice_A": "a",
+        "choice_B": "b",
+        "choice_C": "c",
+        "choice_D": "d",
+        "answer": "B",
+        "context": "text",
+    }
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([_row(), _row(_id="x2", choice_C=None)], r"bad.json: row 1: field 'choice_C' is missing"),
-    ([_row(answer="E")], r"row 0 \(_id 'x1'\): field 'answer' must be one of A, B, C, D"),
-    ([_row(context=5)], r"row 0: field 'context' must be a string"),
-    ([_row(), _row()], r"row 1: field '_id' 'x1' repeats row 0"),
-    ({"not": "a list"}, r"expected a JSON list"),
-    (["text"], r"row 0: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([_row(), _row(_id="x2", choice_C=None)], r"bad.json: row 1: field 'choice_C' is missing"),
+        ([_row(answer="E")], r"row 0 \(_id 'x1'\): field 'answer' must be one of A, B, C, D"),
+        ([_row(context=5)], r"row 0: field 'context' must be a string"),
+        ([_row(), _row()], r"row 1: field '_id' 'x1' repeats row 0"),
+        ({"not": "a list"}, r"expected a JSON list"),
+        (["text"], r"row 0: expected a JSON object"),
+    ],
+)
 def test_malformed_rows_name_file_row_and_field(tmp_path, rows, message):
     with pytest.raises(TaskDataError, match=message):
         list(LongBenchV2(path=str(_write(tmp_path, rows))).load(None, 0))
@@ -147,7 +165,6 @@ def test_bad_options_and_missing_file_are_clear(tmp_path):
         list(LongBenchV2(path=str(tmp_path / "missing.json")).load(None, 0))
 
 
-
 def test_registered_through_the_entry_point():
     from budgetbench_core.testing import entry_point
 
@@ -155,4 +172,4 @@ def test_registered_through_the_entry_point():
     registered = []
     module.register_tasks(registered.append)
     module.register_graders(registered.append)
-    assert [cls.__name__ for cls in registered] == ['LongBenchV2', 'LongBenchChoice']
+    assert [cls.__name__ for cls in registered] == ["LongBenchV2", "LongBenchChoice"]

@@ -44,8 +44,10 @@ def describe_tools(specs: dict[str, ToolSpec]) -> str:
 
 
 def system_prompt(policy: str, specs: dict[str, ToolSpec]) -> str:
-    return (f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>\n"
-            f"<tools>\n{describe_tools(specs)}\n</tools>\n<action_format>\n{ACTION_FORMAT}\n</action_format>")
+    return (
+        f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>\n"
+        f"<tools>\n{describe_tools(specs)}\n</tools>\n<action_format>\n{ACTION_FORMAT}\n</action_format>"
+    )
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,9 @@ def parse_action(reply: str) -> Action:
         raise InvalidAction("'name' must be a non-empty string")
     if not isinstance(value["arguments"], dict):
         raise InvalidAction("'arguments' must be a JSON object")
-    if value["name"] == RESPOND and (set(value["arguments"]) != {"content"}
-                                     or not isinstance(value["arguments"]["content"], str)):
+    if value["name"] == RESPOND and (
+        set(value["arguments"]) != {"content"} or not isinstance(value["arguments"]["content"], str)
+    ):
         raise InvalidAction("'respond' takes exactly one argument, 'content', a string")
     return Action(value["name"], value["arguments"])
 

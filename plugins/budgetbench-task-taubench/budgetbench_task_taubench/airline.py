@@ -35,18 +35,40 @@ from .toolkit import GENERIC, READ, WRITE, Toolkit, calculate_expression, tool
 NOW = "2024-05-15T15:00:00"
 NEW_RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
 NEW_PAYMENT_NUMBERS = (3221322, 3221323, 3221324)
-AIRPORTS = (("SFO", "San Francisco"), ("JFK", "New York"), ("LAX", "Los Angeles"), ("ORD", "Chicago"),
-            ("DFW", "Dallas"), ("DEN", "Denver"), ("SEA", "Seattle"), ("ATL", "Atlanta"), ("MIA", "Miami"),
-            ("BOS", "Boston"), ("PHX", "Phoenix"), ("IAH", "Houston"), ("LAS", "Las Vegas"), ("MCO", "Orlando"),
-            ("EWR", "Newark"), ("CLT", "Charlotte"), ("MSP", "Minneapolis"), ("DTW", "Detroit"),
-            ("PHL", "Philadelphia"), ("LGA", "LaGuardia"))
+AIRPORTS = (
+    ("SFO", "San Francisco"),
+    ("JFK", "New York"),
+    ("LAX", "Los Angeles"),
+    ("ORD", "Chicago"),
+    ("DFW", "Dallas"),
+    ("DEN", "Denver"),
+    ("SEA", "Seattle"),
+    ("ATL", "Atlanta"),
+    ("MIA", "Miami"),
+    ("BOS", "Boston"),
+    ("PHX", "Phoenix"),
+    ("IAH", "Houston"),
+    ("LAS", "Las Vegas"),
+    ("MCO", "Orlando"),
+    ("EWR", "Newark"),
+    ("CLT", "Charlotte"),
+    ("MSP", "Minneapolis"),
+    ("DTW", "Detroit"),
+    ("PHL", "Philadelphia"),
+    ("LGA", "LaGuardia"),
+)
 RESERVATION_ID = "The reservation ID, such as 'ZFA04Y'."
-UPDATE_PAYMENT = ("The payment id stored in user profile, such as 'credit_card_7815826', 'gift_card_7815826', "
-                  "'certificate_7815826'.")
-FLIGHTS = ("An array of objects containing details about each piece of flight, each "
-           "{\"flight_number\": \"HAT001\", \"date\": \"2024-05-01\"}.")
-PASSENGERS = ("An array of objects containing details about each passenger, each "
-              "{\"first_name\": ..., \"last_name\": ..., \"dob\": \"YYYY-MM-DD\"}.")
+UPDATE_PAYMENT = (
+    "The payment id stored in user profile, such as 'credit_card_7815826', 'gift_card_7815826', 'certificate_7815826'."
+)
+FLIGHTS = (
+    "An array of objects containing details about each piece of flight, each "
+    '{"flight_number": "HAT001", "date": "2024-05-01"}.'
+)
+PASSENGERS = (
+    "An array of objects containing details about each passenger, each "
+    '{"first_name": ..., "last_name": ..., "dob": "YYYY-MM-DD"}.'
+)
 
 
 def _records(values: Any, model: type) -> Any:
@@ -90,20 +112,31 @@ class AirlineTools(Toolkit):
                 return reservation_id
         raise ValueError("Too many reservations")
 
-    def _search_direct_flight(self, date: str, origin: str | None = None, destination: str | None = None,
-                              leave_after: str | None = None) -> list[DirectFlight]:
+    def _search_direct_flight(
+        self, date: str, origin: str | None = None, destination: str | None = None, leave_after: str | None = None
+    ) -> list[DirectFlight]:
         found = []
         for flight in self.db.flights.values():
-            if ((origin is None or flight.origin == origin)
-                    and (destination is None or flight.destination == destination)
-                    and date in flight.dates and flight.dates[date].status == "available"
-                    and (leave_after is None or flight.scheduled_departure_time_est >= leave_after)):
+            if (
+                (origin is None or flight.origin == origin)
+                and (destination is None or flight.destination == destination)
+                and date in flight.dates
+                and flight.dates[date].status == "available"
+                and (leave_after is None or flight.scheduled_departure_time_est >= leave_after)
+            ):
                 day = flight.dates[date]
-                found.append(DirectFlight(
-                    flight_number=flight.flight_number, origin=flight.origin, destination=flight.destination,
-                    status="available", scheduled_departure_time_est=flight.scheduled_departure_time_est,
-                    scheduled_arrival_time_est=flight.scheduled_arrival_time_est,
-                    available_seats=day.available_seats, prices=day.prices))
+                found.append(
+                    DirectFlight(
+                        flight_number=flight.flight_number,
+                        origin=flight.origin,
+                        destination=flight.destination,
+                        status="available",
+                        scheduled_departure_time_est=flight.scheduled_departure_time_est,
+                        scheduled_arrival_time_est=flight.scheduled_arrival_time_est,
+                        available_seats=day.available_seats,
+                        prices=day.prices,
+                    )
+                )
         return found
 
     def _payment_for_update(self, user, payment_id: str, total_price: int) -> Payment | None:
@@ -121,16 +154,24 @@ class AirlineTools(Toolkit):
 
     # ------------------------------------------------------------------ generic
 
-    @tool(GENERIC, "Calculate the result of a mathematical expression.",
-          {"expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
-                         "numbers, operators (+, -, *, /), parentheses, and spaces."})
+    @tool(
+        GENERIC,
+        "Calculate the result of a mathematical expression.",
+        {
+            "expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
+            "numbers, operators (+, -, *, /), parentheses, and spaces."
+        },
+    )
     def calculate(self, expression: str) -> str:
         return calculate_expression(expression)
 
-    @tool(GENERIC, "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-                   "user explicitly asks for a human agent, or if given the policy and the available tools you "
-                   "cannot solve the user's issue.",
-          {"summary": "A summary of the user's issue."})
+    @tool(
+        GENERIC,
+        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
+        "user explicitly asks for a human agent, or if given the policy and the available tools you "
+        "cannot solve the user's issue.",
+        {"summary": "A summary of the user's issue."},
+    )
     def transfer_to_human_agents(self, summary: str) -> str:
         return "Transfer successful"
 
@@ -140,8 +181,11 @@ class AirlineTools(Toolkit):
     def get_reservation_details(self, reservation_id: str) -> Reservation:
         return self._get_reservation(reservation_id)
 
-    @tool(READ, "Get the details of a user, including their reservations.",
-          {"user_id": "The user ID, such as 'sara_doe_496'."})
+    @tool(
+        READ,
+        "Get the details of a user, including their reservations.",
+        {"user_id": "The user ID, such as 'sara_doe_496'."},
+    )
     def get_user_details(self, user_id: str):
         return self._get_user(user_id)
 
@@ -149,62 +193,102 @@ class AirlineTools(Toolkit):
     def list_all_airports(self) -> list[AirportCode]:
         return [AirportCode(iata=iata, city=city) for iata, city in AIRPORTS]
 
-    @tool(READ, "Search for direct flights between two cities on a specific date.",
-          {"origin": "The origin city airport in three letters, such as 'JFK'.",
-           "destination": "The destination city airport in three letters, such as 'LAX'.",
-           "date": "The date of the flight in the format 'YYYY-MM-DD', such as '2024-01-01'."})
+    @tool(
+        READ,
+        "Search for direct flights between two cities on a specific date.",
+        {
+            "origin": "The origin city airport in three letters, such as 'JFK'.",
+            "destination": "The destination city airport in three letters, such as 'LAX'.",
+            "date": "The date of the flight in the format 'YYYY-MM-DD', such as '2024-01-01'.",
+        },
+    )
     def search_direct_flight(self, origin: str, destination: str, date: str) -> list[DirectFlight]:
         return self._search_direct_flight(date=date, origin=origin, destination=destination)
 
-    @tool(READ, "Search for one-stop flights between two cities on a specific date. Returns a list of pairs of "
-                "flights.",
-          {"origin": "The origin city airport in three letters, such as 'JFK'.",
-           "destination": "The destination city airport in three letters, such as 'LAX'.",
-           "date": "The date of the flight in the format 'YYYY-MM-DD', such as '2024-05-01'."})
+    @tool(
+        READ,
+        "Search for one-stop flights between two cities on a specific date. Returns a list of pairs of flights.",
+        {
+            "origin": "The origin city airport in three letters, such as 'JFK'.",
+            "destination": "The destination city airport in three letters, such as 'LAX'.",
+            "date": "The date of the flight in the format 'YYYY-MM-DD', such as '2024-05-01'.",
+        },
+    )
     def search_onestop_flight(self, origin: str, destination: str, date: str) -> list[list[DirectFlight]]:
         pairs = []
         for first in self._search_direct_flight(date=date, origin=origin, destination=None):
             first.date = date
             second_date = f"2024-05-{int(date[-2:]) + 1}" if "+1" in first.scheduled_arrival_time_est else date
-            for second in self._search_direct_flight(date=second_date, origin=first.destination,
-                                                     destination=destination,
-                                                     leave_after=first.scheduled_arrival_time_est):
+            for second in self._search_direct_flight(
+                date=second_date,
+                origin=first.destination,
+                destination=destination,
+                leave_after=first.scheduled_arrival_time_est,
+            ):
                 second.date = second_date
                 pairs.append([first, second])
         return pairs
 
-    @tool(READ, "Get the status of a flight.",
-          {"flight_number": "The flight number.", "date": "The date of the flight."})
+    @tool(
+        READ, "Get the status of a flight.", {"flight_number": "The flight number.", "date": "The date of the flight."}
+    )
     def get_flight_status(self, flight_number: str, date: str) -> str:
         return self._get_flight_instance(flight_number, date).status
 
     # ------------------------------------------------------------------ writes
 
-    @tool(WRITE, "Book a reservation.",
-          {"user_id": "The ID of the user to book the reservation such as 'sara_doe_496'.",
-           "origin": "The IATA code for the origin city such as 'SFO'.",
-           "destination": "The IATA code for the destination city such as 'JFK'.",
-           "flight_type": "The type of flight such as 'one_way' or 'round_trip'.",
-           "cabin": "The cabin class such as 'basic_economy', 'economy', or 'business'.",
-           "flights": FLIGHTS, "passengers": PASSENGERS,
-           "payment_methods": "An array of objects containing details about each payment method, each "
-                              "{\"payment_id\": ..., \"amount\": ...}.",
-           "total_baggages": "The total number of baggage items to book the reservation.",
-           "nonfree_baggages": "The number of non-free baggage items to book the reservation.",
-           "insurance": "Whether the reservation has insurance: 'yes' or 'no'."})
-    def book_reservation(self, user_id: str, origin: str, destination: str, flight_type: str, cabin: str,
-                         flights: list, passengers: list, payment_methods: list, total_baggages: int,
-                         nonfree_baggages: int, insurance: str) -> Reservation:
+    @tool(
+        WRITE,
+        "Book a reservation.",
+        {
+            "user_id": "The ID of the user to book the reservation such as 'sara_doe_496'.",
+            "origin": "The IATA code for the origin city such as 'SFO'.",
+            "destination": "The IATA code for the destination city such as 'JFK'.",
+            "flight_type": "The type of flight such as 'one_way' or 'round_trip'.",
+            "cabin": "The cabin class such as 'basic_economy', 'economy', or 'business'.",
+            "flights": FLIGHTS,
+            "passengers": PASSENGERS,
+            "payment_methods": "An array of objects containing details about each payment method, each "
+            '{"payment_id": ..., "amount": ...}.',
+            "total_baggages": "The total number of baggage items to book the reservation.",
+            "nonfree_baggages": "The number of non-free baggage items to book the reservation.",
+            "insurance": "Whether the reservation has insurance: 'yes' or 'no'.",
+        },
+    )
+    def book_reservation(
+        self,
+        user_id: str,
+        origin: str,
+        destination: str,
+        flight_type: str,
+        cabin: str,
+        flights: list,
+        passengers: list,
+        payment_methods: list,
+        total_baggages: int,
+        nonfree_baggages: int,
+        insurance: str,
+    ) -> Reservation:
         flights = _records(flights, FlightInfo)
         passengers = _records(passengers, Passenger)
         payment_methods = _records(payment_methods, Payment)
         user = self._get_user(user_id)
         reservation_id = self._new_reservation_id()
         reservation = Reservation(
-            reservation_id=reservation_id, user_id=user_id, origin=origin, destination=destination,
-            flight_type=flight_type, cabin=cabin, flights=[], passengers=deepcopy(passengers),
-            payment_history=deepcopy(payment_methods), created_at=NOW, total_baggages=total_baggages,
-            nonfree_baggages=nonfree_baggages, insurance=insurance)
+            reservation_id=reservation_id,
+            user_id=user_id,
+            origin=origin,
+            destination=destination,
+            flight_type=flight_type,
+            cabin=cabin,
+            flights=[],
+            passengers=deepcopy(passengers),
+            payment_history=deepcopy(payment_methods),
+            created_at=NOW,
+            total_baggages=total_baggages,
+            nonfree_baggages=nonfree_baggages,
+            insurance=insurance,
+        )
 
         total_price = 0
         booked_days = []
@@ -217,8 +301,15 @@ class AirlineTools(Toolkit):
             if day.available_seats[cabin] < len(passengers):
                 raise ValueError(f"Not enough seats on flight {number}")
             price = day.prices[cabin]
-            reservation.flights.append(ReservationFlight(origin=flight.origin, destination=flight.destination,
-                                                         flight_number=number, date=info.date, price=price))
+            reservation.flights.append(
+                ReservationFlight(
+                    origin=flight.origin,
+                    destination=flight.destination,
+                    flight_number=number,
+                    date=info.date,
+                    price=price,
+                )
+            )
             booked_days.append(day)
             total_price += price * len(passengers)
         if insurance == "yes":
@@ -250,15 +341,21 @@ class AirlineTools(Toolkit):
     @tool(WRITE, "Cancel the whole reservation.", {"reservation_id": RESERVATION_ID})
     def cancel_reservation(self, reservation_id: str) -> Reservation:
         reservation = self._get_reservation(reservation_id)
-        refunds = [Payment(payment_id=payment.payment_id, amount=-payment.amount)
-                   for payment in reservation.payment_history]
+        refunds = [
+            Payment(payment_id=payment.payment_id, amount=-payment.amount) for payment in reservation.payment_history
+        ]
         reservation.payment_history.extend(refunds)
         reservation.status = "cancelled"
         return reservation
 
-    @tool(WRITE, "Send a certificate to a user. Be careful!",
-          {"user_id": "The ID of the user to send the certificate to, such as 'sara_doe_496'.",
-           "amount": "The amount of the certificate to send."})
+    @tool(
+        WRITE,
+        "Send a certificate to a user. Be careful!",
+        {
+            "user_id": "The ID of the user to send the certificate to, such as 'sara_doe_496'.",
+            "amount": "The amount of the certificate to send.",
+        },
+    )
     def send_certificate(self, user_id: str, amount: int) -> str:
         user = self._get_user(user_id)
         for payment_id in (f"certificate_{number}" for number in NEW_PAYMENT_NUMBERS):
@@ -267,13 +364,19 @@ class AirlineTools(Toolkit):
                 return f"Certificate {payment_id} added to user {user_id} with amount {amount}."
         raise ValueError("Too many certificates")
 
-    @tool(WRITE, "Update the baggage information of a reservation.",
-          {"reservation_id": RESERVATION_ID,
-           "total_baggages": "The updated total number of baggage items included in the reservation.",
-           "nonfree_baggages": "The updated number of non-free baggage items included in the reservation.",
-           "payment_id": UPDATE_PAYMENT})
-    def update_reservation_baggages(self, reservation_id: str, total_baggages: int, nonfree_baggages: int,
-                                    payment_id: str) -> Reservation:
+    @tool(
+        WRITE,
+        "Update the baggage information of a reservation.",
+        {
+            "reservation_id": RESERVATION_ID,
+            "total_baggages": "The updated total number of baggage items included in the reservation.",
+            "nonfree_baggages": "The updated number of non-free baggage items included in the reservation.",
+            "payment_id": UPDATE_PAYMENT,
+        },
+    )
+    def update_reservation_baggages(
+        self, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
+    ) -> Reservation:
         reservation = self._get_reservation(reservation_id)
         user = self._get_user(reservation.user_id)
         total_price = 50 * max(0, nonfree_baggages - reservation.nonfree_baggages)
@@ -284,13 +387,20 @@ class AirlineTools(Toolkit):
         reservation.nonfree_baggages = nonfree_baggages
         return reservation
 
-    @tool(WRITE, "Update the flight information of a reservation.",
-          {"reservation_id": RESERVATION_ID, "cabin": "The cabin class of the reservation.",
-           "flights": FLIGHTS + " It lists the ENTIRE new reservation: even if a flight segment is not changed, it "
-                                "should still be included in the array.",
-           "payment_id": UPDATE_PAYMENT})
-    def update_reservation_flights(self, reservation_id: str, cabin: str, flights: list,
-                                   payment_id: str) -> Reservation:
+    @tool(
+        WRITE,
+        "Update the flight information of a reservation.",
+        {
+            "reservation_id": RESERVATION_ID,
+            "cabin": "The cabin class of the reservation.",
+            "flights": FLIGHTS + " It lists the ENTIRE new reservation: even if a flight segment is not changed, it "
+            "should still be included in the array.",
+            "payment_id": UPDATE_PAYMENT,
+        },
+    )
+    def update_reservation_flights(
+        self, reservation_id: str, cabin: str, flights: list, payment_id: str
+    ) -> Reservation:
         flights = _records(flights, FlightInfo)
         reservation = self._get_reservation(reservation_id)
         user = self._get_user(reservation.user_id)
@@ -298,9 +408,14 @@ class AirlineTools(Toolkit):
         total_price = 0
         new_flights = []
         for info in flights:
-            kept = next((old for old in reservation.flights
-                         if old.flight_number == info.flight_number and old.date == info.date
-                         and cabin == reservation.cabin), None)
+            kept = next(
+                (
+                    old
+                    for old in reservation.flights
+                    if old.flight_number == info.flight_number and old.date == info.date and cabin == reservation.cabin
+                ),
+                None,
+            )
             if kept:
                 total_price += kept.price * passengers
                 new_flights.append(kept)
@@ -311,8 +426,13 @@ class AirlineTools(Toolkit):
                 raise ValueError(f"Flight {info.flight_number} not available on date {info.date}")
             if day.available_seats[cabin] < passengers:
                 raise ValueError(f"Not enough seats on flight {info.flight_number}")
-            leg = ReservationFlight(flight_number=info.flight_number, date=info.date, price=day.prices[cabin],
-                                    origin=flight.origin, destination=flight.destination)
+            leg = ReservationFlight(
+                flight_number=info.flight_number,
+                date=info.date,
+                price=day.prices[cabin],
+                origin=flight.origin,
+                destination=flight.destination,
+            )
             total_price += leg.price * passengers
             new_flights.append(leg)
         total_price -= sum(old.price for old in reservation.flights) * passengers
@@ -323,8 +443,11 @@ class AirlineTools(Toolkit):
         reservation.cabin = cabin
         return reservation
 
-    @tool(WRITE, "Update the passenger information of a reservation.",
-          {"reservation_id": RESERVATION_ID, "passengers": PASSENGERS})
+    @tool(
+        WRITE,
+        "Update the passenger information of a reservation.",
+        {"reservation_id": RESERVATION_ID, "passengers": PASSENGERS},
+    )
     def update_reservation_passengers(self, reservation_id: str, passengers: list) -> Reservation:
         passengers = _records(passengers, Passenger)
         reservation = self._get_reservation(reservation_id)

@@ -66,8 +66,9 @@ class Action:
         keys = list(arguments) if self.compare_args is None else list(self.compare_args)
         if not keys:
             return True
-        return ({k: v for k, v in arguments.items() if k in keys}
-                == {k: v for k, v in self.arguments.items() if k in keys})
+        return {k: v for k, v in arguments.items() if k in keys} == {
+            k: v for k, v in self.arguments.items() if k in keys
+        }
 
 
 @dataclass(frozen=True)
@@ -117,20 +118,32 @@ def _task(path: Path, index: int, row: Any) -> TaskRecord:
         if criteria.get("actions") is not None:
             parsed = []
             for number, action in enumerate(criteria["actions"]):
-                if (not isinstance(action, dict) or not isinstance(action.get("name"), str)
-                        or not isinstance(action.get("arguments"), dict)):
-                    raise TaskDataError(f"{where}: evaluation_criteria.actions[{number}] needs a string 'name' and "
-                                        f"an object 'arguments'")
+                if (
+                    not isinstance(action, dict)
+                    or not isinstance(action.get("name"), str)
+                    or not isinstance(action.get("arguments"), dict)
+                ):
+                    raise TaskDataError(
+                        f"{where}: evaluation_criteria.actions[{number}] needs a string 'name' and "
+                        f"an object 'arguments'"
+                    )
                 compare = action.get("compare_args")
-                parsed.append(Action(str(action.get("action_id", number)), action["name"], action["arguments"],
-                                     action.get("requestor") or "assistant",
-                                     None if compare is None else tuple(compare)))
+                parsed.append(
+                    Action(
+                        str(action.get("action_id", number)),
+                        action["name"],
+                        action["arguments"],
+                        action.get("requestor") or "assistant",
+                        None if compare is None else tuple(compare),
+                    )
+                )
             actions = tuple(parsed)
         basis = tuple(criteria.get("reward_basis") or ("DB", "COMMUNICATE"))
         unknown = sorted(set(basis) - set(REWARD_TYPES))
         if unknown:
-            raise TaskDataError(f"{where}: evaluation_criteria.reward_basis has unknown entries {unknown}; "
-                                f"known: {list(REWARD_TYPES)}")
+            raise TaskDataError(
+                f"{where}: evaluation_criteria.reward_basis has unknown entries {unknown}; known: {list(REWARD_TYPES)}"
+            )
     return TaskRecord(row["id"], row, criteria, actions, basis, row.get("initial_state"))
 
 
@@ -156,8 +169,9 @@ class Domain:
 
     def split(self, name: str) -> list[TaskRecord]:
         if name not in self.splits:
-            raise TaskDataError(f"{self.folder / 'split_tasks.json'}: no split {name!r}; "
-                                f"the splits are {sorted(self.splits)}")
+            raise TaskDataError(
+                f"{self.folder / 'split_tasks.json'}: no split {name!r}; the splits are {sorted(self.splits)}"
+            )
         wanted = set(self.splits[name])
         return [task for task in self.tasks if task.id in wanted]
 
@@ -190,8 +204,10 @@ def load_domain(name: str, folder: str | Path) -> Domain:
     if db_path is None:
         missing.insert(0, "db.json (or db.toml)")
     if missing:
-        raise TaskDataError(f"tau-bench {name}: {folder} lacks {', '.join(missing)}. Pass --task-option path=<folder> "
-                            f"holding tau2-bench's data/tau2/domains/{name}/ files.")
+        raise TaskDataError(
+            f"tau-bench {name}: {folder} lacks {', '.join(missing)}. Pass --task-option path=<folder> "
+            f"holding tau2-bench's data/tau2/domains/{name}/ files."
+        )
     rows = _read(folder / "tasks.json")
     if not isinstance(rows, list):
         raise TaskDataError(f"{folder / 'tasks.json'}: expected a JSON list of tasks, got {type(rows).__name__}")
@@ -212,8 +228,9 @@ def load_domain(name: str, folder: str | Path) -> Domain:
     user_db_path = None
     if DOMAINS[name][2] is not None:
         user_db_path = folder / "user_db.json" if (folder / "user_db.json").is_file() else PACKAGED_MOCK_USER_DB
-    domain = Domain(name, folder, (folder / "policy.md").read_text(encoding="utf-8"), tasks, splits, db_path,
-                    user_db_path)
+    domain = Domain(
+        name, folder, (folder / "policy.md").read_text(encoding="utf-8"), tasks, splits, db_path, user_db_path
+    )
     try:
         _ = domain.environment().tools  # building the tools validates the database against the schema
     except TaskDataError:

@@ -42,8 +42,11 @@ def merge(base: dict, update: dict) -> dict:
 class Environment:
     """One episode's world. ``tools`` act for the agent, ``user_tools`` (mock only) for the user."""
 
-    def __init__(self, build: Callable[[], tuple[Toolkit, Toolkit | None]],
-                 pristine: Callable[[], tuple[str, str | None]] | None = None) -> None:
+    def __init__(
+        self,
+        build: Callable[[], tuple[Toolkit, Toolkit | None]],
+        pristine: Callable[[], tuple[str, str | None]] | None = None,
+    ) -> None:
         """``build`` makes the toolkits (validating the database takes ~0.1 s for airline, so it
         runs at the first call); ``pristine`` gives the untouched databases' hashes, so an
         environment nobody wrote to is hashed without building it."""

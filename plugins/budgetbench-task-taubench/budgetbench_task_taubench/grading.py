@@ -46,12 +46,23 @@ def history_events(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            events.append({"role": "tool", "content": message.get("content") or "", "error": bool(message.get("error")),
-                           "id": message.get("id")})
+            events.append(
+                {
+                    "role": "tool",
+                    "content": message.get("content") or "",
+                    "error": bool(message.get("error")),
+                    "id": message.get("id"),
+                }
+            )
             continue
         for call in message.get("tool_calls") or []:
-            events.append({"role": role, "tool_call": {"name": call["name"], "arguments": call.get("arguments") or {}},
-                           "id": call.get("id")})
+            events.append(
+                {
+                    "role": role,
+                    "tool_call": {"name": call["name"], "arguments": call.get("arguments") or {}},
+                    "id": call.get("id"),
+                }
+            )
         if message.get("content"):
             events.append({"role": role, "content": message["content"]})
     return events
@@ -75,8 +86,10 @@ def _replay_history(env: Environment, messages: Sequence[dict[str, Any]], where:
         if expected is None:
             raise ValueError(f"{where}: tool call {call.get('id')!r} in message_history has no tool message")
         if _loads(result.content) != _loads(expected.get("content") or ""):
-            raise ValueError(f"{where}: replaying {name} from message_history returned {result.content!r}, "
-                             f"recorded {expected.get('content')!r}")
+            raise ValueError(
+                f"{where}: replaying {name} from message_history returned {result.content!r}, "
+                f"recorded {expected.get('content')!r}"
+            )
 
 
 def initial_environment(domain: Domain, task: TaskRecord) -> Environment:
@@ -104,8 +117,9 @@ def gold_replay(domain: Domain, task: TaskRecord) -> tuple[Environment, list[dic
     outputs = []
     for action in task.actions or ():
         result = env.call(action.name, dict(action.arguments), action.requestor)
-        outputs.append({"action_id": action.action_id, "name": action.name, "content": result.content,
-                        "error": result.error})
+        outputs.append(
+            {"action_id": action.action_id, "name": action.name, "content": result.content, "error": result.error}
+        )
     return env, outputs
 
 
@@ -118,8 +132,14 @@ def _assertions(env: Environment, task: TaskRecord) -> list[dict[str, Any]]:
             note = None
         except Exception as exc:  # a failing assertion function counts as not met
             met, note = False, f"{type(exc).__name__}: {exc}"
-        checks.append({"func_name": assertion["func_name"], "arguments": assertion.get("arguments") or {},
-                       "met": met, **({"error": note} if note else {})})
+        checks.append(
+            {
+                "func_name": assertion["func_name"],
+                "arguments": assertion.get("arguments") or {},
+                "met": met,
+                **({"error": note} if note else {}),
+            }
+        )
     return checks
 
 
@@ -130,12 +150,15 @@ def _communicated(events: Sequence[dict[str, Any]], info: Sequence[str]) -> list
 
 def _actions(events: Sequence[dict[str, Any]], task: TaskRecord) -> list[dict[str, Any]]:
     calls = [e["tool_call"] for e in events if "tool_call" in e]
-    return [{"action_id": a.action_id, "name": a.name,
-             "met": any(a.matches(c["name"], c["arguments"]) for c in calls)} for a in task.actions or ()]
+    return [
+        {"action_id": a.action_id, "name": a.name, "met": any(a.matches(c["name"], c["arguments"]) for c in calls)}
+        for a in task.actions or ()
+    ]
 
 
-def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[dict[str, Any]],
-          ended: str) -> dict[str, Any]:
+def grade(
+    domain: Domain, task: TaskRecord, env: Environment, events: Sequence[dict[str, Any]], ended: str
+) -> dict[str, Any]:
     """The reward of an episode that left ``env`` in its final state; ``ended`` is why it stopped."""
     nl = {"count": len(task.nl_assertions), "judged": False, "assertions": task.nl_assertions}
     if ended not in ENDED_OK:
@@ -154,8 +177,13 @@ def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[d
         gold_hash, outputs = domain.gold_cache[task.id]
         got_hash = env.snapshot()
         db_reward = float(gold_hash == got_hash)
-        detail["db"] = {"match": bool(db_reward), "gold_hash": gold_hash[0], "hash": got_hash[0],
-                        "gold_user_hash": gold_hash[1], "user_hash": got_hash[1]}
+        detail["db"] = {
+            "match": bool(db_reward),
+            "gold_hash": gold_hash[0],
+            "hash": got_hash[0],
+            "gold_user_hash": gold_hash[1],
+            "user_hash": got_hash[1],
+        }
         detail["gold_errors"] = [o for o in outputs if o["error"]]
         checks = _assertions(env, task)
         detail["env_assertions"] = checks
@@ -164,9 +192,12 @@ def grade(domain: Domain, task: TaskRecord, env: Environment, events: Sequence[d
     actions = _actions(events, task)
     detail["communicate"] = communicate
     detail["actions"] = actions
-    components = {"DB": db_reward, "ENV_ASSERTION": assertion_reward,
-                  "ACTION": float(all(c["met"] for c in actions)),
-                  "COMMUNICATE": float(all(c["met"] for c in communicate))}
+    components = {
+        "DB": db_reward,
+        "ENV_ASSERTION": assertion_reward,
+        "ACTION": float(all(c["met"] for c in actions)),
+        "COMMUNICATE": float(all(c["met"] for c in communicate)),
+    }
     reward = 1.0
     for basis in task.reward_basis:
         if basis in components:

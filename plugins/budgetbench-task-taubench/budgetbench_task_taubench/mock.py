@@ -13,9 +13,15 @@ from .toolkit import GENERIC, READ, WRITE, Toolkit, tool
 class MockTools(Toolkit):
     db: MockDB
 
-    @tool(WRITE, "Create a new task for a user.",
-          {"user_id": "The ID of the user creating the task", "title": "The title of the task",
-           "description": "Optional description of the task"})
+    @tool(
+        WRITE,
+        "Create a new task for a user.",
+        {
+            "user_id": "The ID of the user creating the task",
+            "title": "The title of the task",
+            "description": "Optional description of the task",
+        },
+    )
     def create_task(self, user_id: str, title: str, description: str = None) -> Task:
         if user_id not in self.db.users:
             raise ValueError(f"User {user_id} not found")
@@ -29,8 +35,11 @@ class MockTools(Toolkit):
     def get_users(self):
         return list(self.db.users.values())
 
-    @tool(WRITE, "Update the status of a task.",
-          {"task_id": "The ID of the task to update", "status": "The new status of the task: 'pending' or 'completed'"})
+    @tool(
+        WRITE,
+        "Update the status of a task.",
+        {"task_id": "The ID of the task to update", "status": "The new status of the task: 'pending' or 'completed'"},
+    )
     def update_task_status(self, task_id: str, status: str) -> Task:
         if task_id not in self.db.tasks:
             raise ValueError(f"Task {task_id} not found")
@@ -38,10 +47,13 @@ class MockTools(Toolkit):
         task.status = status
         return task
 
-    @tool(GENERIC, "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-                   "user explicitly asks for a human agent, or if given the policy and the available tools you "
-                   "cannot solve the user's issue.",
-          {"summary": "A summary of the user's issue."})
+    @tool(
+        GENERIC,
+        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
+        "user explicitly asks for a human agent, or if given the policy and the available tools you "
+        "cannot solve the user's issue.",
+        {"summary": "A summary of the user's issue."},
+    )
     def transfer_to_human_agents(self, summary: str) -> str:
         return "Transfer successful"
 
@@ -63,8 +75,9 @@ class MockUserTools(Toolkit):
     def check_notifications(self):
         return list(self.db.notifications.values())
 
-    @tool(WRITE, "Dismiss (mark as read) a notification.",
-          {"notification_id": "The ID of the notification to dismiss."})
+    @tool(
+        WRITE, "Dismiss (mark as read) a notification.", {"notification_id": "The ID of the notification to dismiss."}
+    )
     def dismiss_notification(self, notification_id: str) -> str:
         if notification_id not in self.db.notifications:
             raise ValueError(f"Notification {notification_id} not found")

@@ -100,8 +100,15 @@ class OrderPayment(BaseModel):
     payment_method_id: str
 
 
-OrderStatus = Literal["processed", "pending", "pending (item modified)", "delivered", "cancelled",
-                      "exchange requested", "return requested"]
+OrderStatus = Literal[
+    "processed",
+    "pending",
+    "pending (item modified)",
+    "delivered",
+    "cancelled",
+    "exchange requested",
+    "return requested",
+]
 
 
 class Order(BaseModel):
@@ -220,8 +227,14 @@ class FlightDateStatusDelayed(BaseModel):
     estimated_arrival_time_est: str
 
 
-FlightDateStatus = (FlightDateStatusAvailable | FlightDateStatusLanded | FlightDateStatusCancelled
-                    | FlightDateStatusDelayed | FlightDataStatusFlying | FlightDataStatusOnTime)
+FlightDateStatus = (
+    FlightDateStatusAvailable
+    | FlightDateStatusLanded
+    | FlightDateStatusCancelled
+    | FlightDateStatusDelayed
+    | FlightDataStatusFlying
+    | FlightDataStatusOnTime
+)
 
 
 class FlightBase(BaseModel):

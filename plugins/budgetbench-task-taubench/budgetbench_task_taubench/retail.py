@@ -21,12 +21,18 @@ from .toolkit import GENERIC, READ, WRITE, Toolkit, calculate_expression, tool
 ORDER_ID = "The order id, such as '#W0000000'. Be careful there is a '#' symbol at the beginning of the order id."
 USER_ID = "The user id, such as 'sara_doe_496'."
 PRODUCT_ID = "The product id, such as '6086499569'. Be careful the product id is different from the item id."
-PAYMENT_ID = ("The payment method id to pay or receive refund for the item price difference, such as "
-              "'gift_card_0000000' or 'credit_card_0000000'. These can be looked up from the user or order details.")
-ADDRESS = {"address1": "The first line of the address, such as '123 Main St'.",
-           "address2": "The second line of the address, such as 'Apt 1' or ''.",
-           "city": "The city, such as 'San Francisco'.", "state": "The state, such as 'CA'.",
-           "country": "The country, such as 'USA'.", "zip": "The zip code, such as '12345'."}
+PAYMENT_ID = (
+    "The payment method id to pay or receive refund for the item price difference, such as "
+    "'gift_card_0000000' or 'credit_card_0000000'. These can be looked up from the user or order details."
+)
+ADDRESS = {
+    "address1": "The first line of the address, such as '123 Main St'.",
+    "address2": "The second line of the address, such as 'Apt 1' or ''.",
+    "city": "The city, such as 'San Francisco'.",
+    "state": "The state, such as 'CA'.",
+    "country": "The country, such as 'USA'.",
+    "zip": "The zip code, such as '12345'.",
+}
 CONFIRM = "The agent needs to explain the details and ask for explicit user confirmation (yes/no) to proceed."
 
 
@@ -87,39 +93,58 @@ class RetailTools(Toolkit):
 
     # ------------------------------------------------------------------ generic
 
-    @tool(GENERIC, "Calculate the result of a mathematical expression.",
-          {"expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
-                         "numbers, operators (+, -, *, /), parentheses, and spaces."})
+    @tool(
+        GENERIC,
+        "Calculate the result of a mathematical expression.",
+        {
+            "expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
+            "numbers, operators (+, -, *, /), parentheses, and spaces."
+        },
+    )
     def calculate(self, expression: str) -> str:
         return calculate_expression(expression)
 
-    @tool(GENERIC, "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-                   "user explicitly asks for a human agent, or if given the policy and the available tools you "
-                   "cannot solve the user's issue.",
-          {"summary": "A summary of the user's issue."})
+    @tool(
+        GENERIC,
+        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
+        "user explicitly asks for a human agent, or if given the policy and the available tools you "
+        "cannot solve the user's issue.",
+        {"summary": "A summary of the user's issue."},
+    )
     def transfer_to_human_agents(self, summary: str) -> str:
         return "Transfer successful"
 
     # ------------------------------------------------------------------ reads
 
-    @tool(READ, "Find user id by email. If the user is not found, the function will return an error message.",
-          {"email": "The email of the user, such as 'something@example.com'."})
+    @tool(
+        READ,
+        "Find user id by email. If the user is not found, the function will return an error message.",
+        {"email": "The email of the user, such as 'something@example.com'."},
+    )
     def find_user_id_by_email(self, email: str) -> str:
         for user_id, user in self.db.users.items():
             if user.email.lower() == email.lower():
                 return user_id
         raise ValueError("User not found")
 
-    @tool(READ, "Find user id by first name, last name, and zip code. If the user is not found, the function will "
-                "return an error message. By default, find user id by email, and only call this function if the "
-                "user is not found by email or cannot remember email.",
-          {"first_name": "The first name of the customer, such as 'John'.",
-           "last_name": "The last name of the customer, such as 'Doe'.",
-           "zip": "The zip code of the customer, such as '12345'."})
+    @tool(
+        READ,
+        "Find user id by first name, last name, and zip code. If the user is not found, the function will "
+        "return an error message. By default, find user id by email, and only call this function if the "
+        "user is not found by email or cannot remember email.",
+        {
+            "first_name": "The first name of the customer, such as 'John'.",
+            "last_name": "The last name of the customer, such as 'Doe'.",
+            "zip": "The zip code of the customer, such as '12345'.",
+        },
+    )
     def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:  # noqa: A002 - upstream name
         for user_id, user in self.db.users.items():
-            if (user.name.first_name.lower() == first_name.lower()
-                    and user.name.last_name.lower() == last_name.lower() and user.address.zip == zip):
+            if (
+                user.name.first_name.lower() == first_name.lower()
+                and user.name.last_name.lower() == last_name.lower()
+                and user.address.zip == zip
+            ):
                 return user_id
         raise ValueError("User not found")
 
@@ -131,8 +156,11 @@ class RetailTools(Toolkit):
     def get_product_details(self, product_id: str) -> Product:
         return self._get_product(product_id)
 
-    @tool(READ, "Get the inventory details of an item.",
-          {"item_id": "The item id, such as '6086499569'. Be careful the item id is different from the product id."})
+    @tool(
+        READ,
+        "Get the inventory details of an item.",
+        {"item_id": "The item id, such as '6086499569'. Be careful the item id is different from the product id."},
+    )
     def get_item_details(self, item_id: str) -> Variant:
         return self._get_item(item_id)
 
@@ -140,22 +168,31 @@ class RetailTools(Toolkit):
     def get_user_details(self, user_id: str) -> User:
         return self._get_user(user_id)
 
-    @tool(READ, "List the name and product id of all product types. Each product type has a variety of different "
-                "items with unique item ids and options. There are only 50 product types in the store. Returns a "
-                "JSON object mapping product names to product ids, sorted by name.")
+    @tool(
+        READ,
+        "List the name and product id of all product types. Each product type has a variety of different "
+        "items with unique item ids and options. There are only 50 product types in the store. Returns a "
+        "JSON object mapping product names to product ids, sorted by name.",
+    )
     def list_all_product_types(self) -> str:
         names = {product.name: product.product_id for product in self.db.products.values()}
         return json.dumps(names, sort_keys=True)
 
     # ------------------------------------------------------------------ writes
 
-    @tool(WRITE, "Cancel a pending order. If the order is already processed or delivered, it cannot be cancelled. "
-                 + CONFIRM + " If the user confirms, the order status will be changed to 'cancelled' and the payment "
-                 "will be refunded. The refund will be added to the user's gift card balance immediately if the "
-                 "payment was made using a gift card, otherwise the refund would take 5-7 business days to process. "
-                 "The function returns the order details after the cancellation.",
-          {"order_id": ORDER_ID,
-           "reason": "The reason for cancellation, which should be either 'no longer needed' or 'ordered by mistake'."})
+    @tool(
+        WRITE,
+        "Cancel a pending order. If the order is already processed or delivered, it cannot be cancelled. "
+        + CONFIRM
+        + " If the user confirms, the order status will be changed to 'cancelled' and the payment "
+        "will be refunded. The refund will be added to the user's gift card balance immediately if the "
+        "payment was made using a gift card, otherwise the refund would take 5-7 business days to process. "
+        "The function returns the order details after the cancellation.",
+        {
+            "order_id": ORDER_ID,
+            "reason": "The reason for cancellation, which should be either 'no longer needed' or 'ordered by mistake'.",
+        },
+    )
     def cancel_pending_order(self, order_id: str, reason: str) -> Order:
         order = self._get_order(order_id)
         if order.status != "pending":
@@ -164,8 +201,11 @@ class RetailTools(Toolkit):
             raise ValueError("Invalid reason")
         refunds = []
         for payment in order.payment_history:
-            refunds.append(OrderPayment(transaction_type="refund", amount=payment.amount,
-                                        payment_method_id=payment.payment_method_id))
+            refunds.append(
+                OrderPayment(
+                    transaction_type="refund", amount=payment.amount, payment_method_id=payment.payment_method_id
+                )
+            )
             method = self._get_payment_method(self._get_user(order.user_id).user_id, payment.payment_method_id)
             if isinstance(method, GiftCard):
                 method.balance = round(method.balance + payment.amount, 2)
@@ -174,17 +214,23 @@ class RetailTools(Toolkit):
         order.payment_history.extend(refunds)
         return order
 
-    @tool(WRITE, "Exchange items in a delivered order to new items of the same product type. For a delivered order, "
-                 "return or exchange can be only done once by the agent. " + CONFIRM,
-          {"order_id": ORDER_ID,
-           "item_ids": "The item ids to be exchanged, each such as '1008292230'. There could be duplicate items in "
-                       "the list.",
-           "new_item_ids": "The item ids to be exchanged for, each such as '1008292230'. There could be duplicate "
-                           "items in the list. Each new item id should match the item id in the same position and be "
-                           "of the same product.",
-           "payment_method_id": PAYMENT_ID})
-    def exchange_delivered_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
-                                       payment_method_id: str) -> Order:
+    @tool(
+        WRITE,
+        "Exchange items in a delivered order to new items of the same product type. For a delivered order, "
+        "return or exchange can be only done once by the agent. " + CONFIRM,
+        {
+            "order_id": ORDER_ID,
+            "item_ids": "The item ids to be exchanged, each such as '1008292230'. There could be duplicate items in "
+            "the list.",
+            "new_item_ids": "The item ids to be exchanged for, each such as '1008292230'. There could be duplicate "
+            "items in the list. Each new item id should match the item id in the same position and be "
+            "of the same product.",
+            "payment_method_id": PAYMENT_ID,
+        },
+    )
+    def exchange_delivered_order_items(
+        self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+    ) -> Order:
         order = self._get_order(order_id)
         if order.status != "delivered":
             raise ValueError("Non-delivered order cannot be exchanged")
@@ -210,26 +256,34 @@ class RetailTools(Toolkit):
         return order
 
     @tool(WRITE, "Modify the shipping address of a pending order. " + CONFIRM, {"order_id": ORDER_ID, **ADDRESS})
-    def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str,
-                                     country: str, zip: str) -> Order:  # noqa: A002 - upstream name
+    def modify_pending_order_address(
+        self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+    ) -> Order:  # noqa: A002 - upstream name
         order = self._get_order(order_id)
         if "pending" not in order.status:
             raise ValueError("Non-pending order cannot be modified")
-        order.address = UserAddress(address1=address1, address2=address2, city=city, state=state, country=country,
-                                    zip=zip)
+        order.address = UserAddress(
+            address1=address1, address2=address2, city=city, state=state, country=country, zip=zip
+        )
         return order
 
-    @tool(WRITE, "Modify items in a pending order to new items of the same product type. For a pending order, this "
-                 "function can only be called once. " + CONFIRM,
-          {"order_id": ORDER_ID,
-           "item_ids": "The item ids to be modified, each such as '1008292230'. There could be duplicate items in "
-                       "the list.",
-           "new_item_ids": "The item ids to be modified for, each such as '1008292230'. There could be duplicate "
-                           "items in the list. Each new item id should match the item id in the same position and be "
-                           "of the same product.",
-           "payment_method_id": PAYMENT_ID})
-    def modify_pending_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
-                                   payment_method_id: str) -> Order:
+    @tool(
+        WRITE,
+        "Modify items in a pending order to new items of the same product type. For a pending order, this "
+        "function can only be called once. " + CONFIRM,
+        {
+            "order_id": ORDER_ID,
+            "item_ids": "The item ids to be modified, each such as '1008292230'. There could be duplicate items in "
+            "the list.",
+            "new_item_ids": "The item ids to be modified for, each such as '1008292230'. There could be duplicate "
+            "items in the list. Each new item id should match the item id in the same position and be "
+            "of the same product.",
+            "payment_method_id": PAYMENT_ID,
+        },
+    )
+    def modify_pending_order_items(
+        self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+    ) -> Order:
         order = self._get_order(order_id)
         if order.status != "pending":
             raise ValueError("Non-pending order cannot be modified")
@@ -249,8 +303,13 @@ class RetailTools(Toolkit):
         method = self._get_payment_method(order.user_id, payment_method_id)
         if isinstance(method, GiftCard) and method.balance < difference:
             raise ValueError("Insufficient gift card balance to pay for the new item")
-        order.payment_history.append(OrderPayment(transaction_type="payment" if difference > 0 else "refund",
-                                                  amount=abs(difference), payment_method_id=payment_method_id))
+        order.payment_history.append(
+            OrderPayment(
+                transaction_type="payment" if difference > 0 else "refund",
+                amount=abs(difference),
+                payment_method_id=payment_method_id,
+            )
+        )
         if isinstance(method, GiftCard):
             method.balance = round(method.balance - difference, 2)
         for item_id, new_item_id in zip(item_ids, new_item_ids):
@@ -261,8 +320,11 @@ class RetailTools(Toolkit):
         order.status = "pending (item modified)"
         return order
 
-    @tool(WRITE, "Modify the payment method of a pending order. " + CONFIRM,
-          {"order_id": ORDER_ID, "payment_method_id": PAYMENT_ID})
+    @tool(
+        WRITE,
+        "Modify the payment method of a pending order. " + CONFIRM,
+        {"order_id": ORDER_ID, "payment_method_id": PAYMENT_ID},
+    )
     def modify_pending_order_payment(self, order_id: str, payment_method_id: str) -> Order:
         order = self._get_order(order_id)
         if "pending" not in order.status:
@@ -277,8 +339,12 @@ class RetailTools(Toolkit):
         if isinstance(method, GiftCard) and method.balance < amount:
             raise ValueError("Insufficient gift card balance to pay for the order")
         old_id = history[0].payment_method_id
-        history.extend([OrderPayment(transaction_type="payment", amount=amount, payment_method_id=payment_method_id),
-                        OrderPayment(transaction_type="refund", amount=amount, payment_method_id=old_id)])
+        history.extend(
+            [
+                OrderPayment(transaction_type="payment", amount=amount, payment_method_id=payment_method_id),
+                OrderPayment(transaction_type="refund", amount=amount, payment_method_id=old_id),
+            ]
+        )
         if isinstance(method, GiftCard):
             method.balance = round(method.balance - amount, 2)
         old_method = self._get_payment_method(order.user_id, old_id)
@@ -287,21 +353,29 @@ class RetailTools(Toolkit):
         return order
 
     @tool(WRITE, "Modify the default address of a user. " + CONFIRM, {"user_id": USER_ID, **ADDRESS})
-    def modify_user_address(self, user_id: str, address1: str, address2: str, city: str, state: str, country: str,
-                            zip: str) -> User:  # noqa: A002 - upstream name
+    def modify_user_address(
+        self, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+    ) -> User:  # noqa: A002 - upstream name
         user = self._get_user(user_id)
-        user.address = UserAddress(address1=address1, address2=address2, city=city, state=state, country=country,
-                                   zip=zip)
+        user.address = UserAddress(
+            address1=address1, address2=address2, city=city, state=state, country=country, zip=zip
+        )
         return user
 
-    @tool(WRITE, "Return some items of a delivered order. The order status will be changed to 'return requested'. "
-                 + CONFIRM + " The user will receive follow-up email for how and where to return the item.",
-          {"order_id": ORDER_ID,
-           "item_ids": "The item ids to be returned, each such as '1008292230'. There could be duplicate items in "
-                       "the list.",
-           "payment_method_id": "The payment method id to receive the refund, such as 'gift_card_0000000' or "
-                                "'credit_card_0000000'. It must be the original payment method or a gift card. "
-                                "These can be looked up from the user or order details."})
+    @tool(
+        WRITE,
+        "Return some items of a delivered order. The order status will be changed to 'return requested'. "
+        + CONFIRM
+        + " The user will receive follow-up email for how and where to return the item.",
+        {
+            "order_id": ORDER_ID,
+            "item_ids": "The item ids to be returned, each such as '1008292230'. There could be duplicate items in "
+            "the list.",
+            "payment_method_id": "The payment method id to receive the refund, such as 'gift_card_0000000' or "
+            "'credit_card_0000000'. It must be the original payment method or a gift card. "
+            "These can be looked up from the user or order details.",
+        },
+    )
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> Order:
         order = self._get_order(order_id)
         if order.status != "delivered":

@@ -57,11 +57,21 @@ class TauEpisode(Episode):
         for index, event in enumerate(self.events):
             if "tool_call" in event:
                 call = event["tool_call"]
-                out.append(Message("assistant", _action_text(call["name"], call["arguments"]),
-                                   {"exchange": f"h{index}", "exchange_part": "call", "session_id": f"h{index}"}))
+                out.append(
+                    Message(
+                        "assistant",
+                        _action_text(call["name"], call["arguments"]),
+                        {"exchange": f"h{index}", "exchange_part": "call", "session_id": f"h{index}"},
+                    )
+                )
             elif event["role"] == "tool":
-                out.append(Message("user", _result_text("(earlier call)", event["content"]),
-                                   {"exchange": f"h{index - 1}", "exchange_part": "result", "session_id": f"h{index - 1}"}))
+                out.append(
+                    Message(
+                        "user",
+                        _result_text("(earlier call)", event["content"]),
+                        {"exchange": f"h{index - 1}", "exchange_part": "result", "session_id": f"h{index - 1}"},
+                    )
+                )
             elif event["role"] == "assistant":
                 out.append(Message("assistant", respond(event["content"]), {"session_id": f"h{index}"}))
             else:
@@ -72,8 +82,11 @@ class TauEpisode(Episode):
         earlier = self._history_messages()
         first = self.user.opening(GREETING)
         self.events += [{"role": "assistant", "content": GREETING}, {"role": "user", "content": first}]
-        return [*earlier, Message("assistant", respond(GREETING), {"session_id": "greeting"}),
-                Message("user", first, {"session_id": "turn-0"})]
+        return [
+            *earlier,
+            Message("assistant", respond(GREETING), {"session_id": "greeting"}),
+            Message("user", first, {"session_id": "turn-0"}),
+        ]
 
     def step(self, reply: str) -> Step:
         turn = len(self.events)
@@ -104,12 +117,25 @@ class TauEpisode(Episode):
         if done:
             self.ended = "too_many_errors"
         mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": action.name}
-        return Step((Message("assistant", reply, {**mark, "exchange_part": "call"}),
-                     Message("user", _result_text(action.name, result.content),
-                             {**mark, "exchange_part": "result", "error": result.error})),
-                    done=done, tool_error=result.error,
-                    record={"kind": "tool", "name": action.name, "arguments": action.arguments,
-                            "content": result.content, "error": result.error})
+        return Step(
+            (
+                Message("assistant", reply, {**mark, "exchange_part": "call"}),
+                Message(
+                    "user",
+                    _result_text(action.name, result.content),
+                    {**mark, "exchange_part": "result", "error": result.error},
+                ),
+            ),
+            done=done,
+            tool_error=result.error,
+            record={
+                "kind": "tool",
+                "name": action.name,
+                "arguments": action.arguments,
+                "content": result.content,
+                "error": result.error,
+            },
+        )
 
     def _tool_error(self, turn: int, reply: str, text: str) -> Step:
         self.errors += 1
@@ -117,9 +143,15 @@ class TauEpisode(Episode):
         if done:
             self.ended = "too_many_errors"
         mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": None}
-        return Step((Message("assistant", reply, {**mark, "exchange_part": "call"}),
-                     Message("user", text, {**mark, "exchange_part": "result", "error": True})),
-                    done=done, tool_error=True, record={"kind": "invalid_action", "content": text})
+        return Step(
+            (
+                Message("assistant", reply, {**mark, "exchange_part": "call"}),
+                Message("user", text, {**mark, "exchange_part": "result", "error": True}),
+            ),
+            done=done,
+            tool_error=True,
+            record={"kind": "invalid_action", "content": text},
+        )
 
     def outcome(self, end_reason: str) -> dict[str, Any]:
         ended = self.ended if end_reason == "done" else end_reason
@@ -138,11 +170,20 @@ class TauBench(EpisodicTask):
     max_turns = 30
     description = "tau2-bench retail/airline/mock: tool-agent-user episodes graded on the final database state."
 
-    def __init__(self, domain: str = "retail", split: str | None = None, path: str | None = None,
-                 user: str = "llm", max_turns: int | str = 30, guidelines: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        domain: str = "retail",
+        split: str | None = None,
+        path: str | None = None,
+        user: str = "llm",
+        max_turns: int | str = 30,
+        guidelines: str | None = None,
+        **options: Any,
+    ) -> None:
         if options:
-            raise ValueError(f"tau-bench: unknown options {sorted(options)}; known: domain, split, path, user, "
-                             f"max_turns, guidelines")
+            raise ValueError(
+                f"tau-bench: unknown options {sorted(options)}; known: domain, split, path, user, max_turns, guidelines"
+            )
         if domain not in DOMAINS:
             raise ValueError(f"tau-bench: domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
         if user not in ("llm", "scripted"):
@@ -150,8 +191,9 @@ class TauBench(EpisodicTask):
         if int(max_turns) <= 0:
             raise ValueError(f"tau-bench: max_turns must be a positive integer, got {max_turns!r}")
         split = split or ("base" if domain == "mock" else "test")
-        super().__init__(domain=domain, split=split, path=path, user=user, max_turns=int(max_turns),
-                         guidelines=guidelines)
+        super().__init__(
+            domain=domain, split=split, path=path, user=user, max_turns=int(max_turns), guidelines=guidelines
+        )
         self.folder = Path(path) if path else data_dir() / "taubench" / domain
         self._domain: Domain | None = None
 
@@ -173,31 +215,46 @@ class TauBench(EpisodicTask):
         for record in records:
             opening = ScriptedUser(record.scenario).opening(GREETING) if self.options["user"] == "scripted" else None
             query = Message("user", opening or "(the simulated user opens the conversation)")
-            yield Item(id=record.id, history=(Message("assistant", respond(GREETING)),), query=query, system=system,
-                       category=self.options["domain"],
-                       answer={"actions": [a.name for a in record.actions or ()],
-                               "reward_basis": list(record.reward_basis)},
-                       metadata={"domain": self.options["domain"], "split": self.options["split"]})
+            yield Item(
+                id=record.id,
+                history=(Message("assistant", respond(GREETING)),),
+                query=query,
+                system=system,
+                category=self.options["domain"],
+                answer={"actions": [a.name for a in record.actions or ()], "reward_basis": list(record.reward_basis)},
+                metadata={"domain": self.options["domain"], "split": self.options["split"]},
+            )
 
     def _guidelines(self) -> str:
-        path = Path(self.options["guidelines"]) if self.options["guidelines"] else \
-            self.folder.parent / "simulation_guidelines.md"
+        path = (
+            Path(self.options["guidelines"])
+            if self.options["guidelines"]
+            else self.folder.parent / "simulation_guidelines.md"
+        )
         if not path.is_file():
-            raise TaskDataError(f"tau-bench: user simulator guidelines not found at {path}; pass --task-option "
-                                f"guidelines=<file> (upstream's data/tau2/user_simulator/simulation_guidelines.md)")
+            raise TaskDataError(
+                f"tau-bench: user simulator guidelines not found at {path}; pass --task-option "
+                f"guidelines=<file> (upstream's data/tau2/user_simulator/simulation_guidelines.md)"
+            )
         return path.read_text(encoding="utf-8")
 
     def episode(self, item: Item, user: UserChannel) -> TauEpisode:
         record = self.domain.task(item.id)
-        simulated = (ScriptedUser(record.scenario) if self.options["user"] == "scripted"
-                     else LLMUser(record.scenario, self._guidelines(), user))
+        simulated = (
+            ScriptedUser(record.scenario)
+            if self.options["user"] == "scripted"
+            else LLMUser(record.scenario, self._guidelines(), user)
+        )
         return TauEpisode(self.domain, record, item.system, simulated)
 
     def manifest_notes(self) -> dict[str, Any]:
-        notes = {**super().manifest_notes(), "data_folder": str(self.folder), "action_format": "json-act",
-                 "user_simulator": self.options["user"],
-                 "reward": "tau2 reward by reward_basis; NL_ASSERTION reported apart (not judged)"}
+        notes = {
+            **super().manifest_notes(),
+            "data_folder": str(self.folder),
+            "action_format": "json-act",
+            "user_simulator": self.options["user"],
+            "reward": "tau2 reward by reward_basis; NL_ASSERTION reported apart (not judged)",
+        }
         if self._domain is not None:
             notes["tasks_in_split"] = len(self._domain.split(self.options["split"]))
         return notes
-

@@ -60,9 +60,14 @@ class Toolkit:
             if not callable(function) or not hasattr(function, "tool_kind"):
                 continue
             signature = inspect.signature(function)
-            required = tuple(p for p, value in signature.parameters.items()
-                             if p != "self" and value.default is inspect.Parameter.empty)
-            out[name] = ToolSpec(name, function.tool_kind, function.tool_description, function.tool_parameters, required)
+            required = tuple(
+                p
+                for p, value in signature.parameters.items()
+                if p != "self" and value.default is inspect.Parameter.empty
+            )
+            out[name] = ToolSpec(
+                name, function.tool_kind, function.tool_description, function.tool_parameters, required
+            )
         return out
 
     def has_tool(self, name: str) -> bool:

@@ -24,16 +24,21 @@ from budgetbench_core import Message
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 STOP_TOKENS = (STOP, TRANSFER, OUT_OF_SCOPE)
-CONFIRMATION = re.compile(r"\b(confirm|proceed|yes/no|shall i|should i|would you like me to|do you want me to|"
-                          r"is that correct|is this correct)\b", re.IGNORECASE)
+CONFIRMATION = re.compile(
+    r"\b(confirm|proceed|yes/no|shall i|should i|would you like me to|do you want me to|"
+    r"is that correct|is this correct)\b",
+    re.IGNORECASE,
+)
 
 
 def scenario_text(scenario: dict[str, Any]) -> str:
     """The scenario as upstream renders it for its user simulator (persona, then instructions)."""
     instructions = scenario.get("instructions")
     if isinstance(instructions, dict):
-        parts = [f"Domain: {instructions.get('domain')}",
-                 f"Reason for call:\n{textwrap.indent(instructions.get('reason_for_call') or '', chr(9))}"]
+        parts = [
+            f"Domain: {instructions.get('domain')}",
+            f"Reason for call:\n{textwrap.indent(instructions.get('reason_for_call') or '', chr(9))}",
+        ]
         if instructions.get("known_info") is not None:
             parts.append(f"Known info:\n{textwrap.indent(instructions['known_info'], chr(9))}")
         if instructions.get("unknown_info") is not None:
@@ -78,8 +83,10 @@ class LLMUser:
     """Upstream's user simulator prompt, answered by the served model through ``channel``."""
 
     def __init__(self, scenario: dict[str, Any], guidelines: str, channel: Any, max_tokens: int = 256) -> None:
-        self.system = Message("system", f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n"
-                                        f"{scenario_text(scenario)}\n</scenario>")
+        self.system = Message(
+            "system",
+            f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n{scenario_text(scenario)}\n</scenario>",
+        )
         self.channel = channel
         self.max_tokens = max_tokens
         self.turns: list[Message] = []  # the conversation from the user's side: its own turns are "assistant"

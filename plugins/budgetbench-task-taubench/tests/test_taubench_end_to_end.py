@@ -20,9 +20,29 @@ pytestmark = needs_data
 @pytest.mark.slow
 def test_mock_episodes_on_the_embedded_model(tmp_path):
     out = tmp_path / "run"
-    args = ["run", "-t", "tau-bench", "--task-option", "domain=mock", "--task-option", "user=scripted",
-            "--task-option", f"path={DATA / 'mock'}", "--task-option", "max_turns=3", "-s", "truncation",
-            "-b", "1024 2048", "-n", "2", "--timeout", "900", "--out", str(out)]
+    args = [
+        "run",
+        "-t",
+        "tau-bench",
+        "--task-option",
+        "domain=mock",
+        "--task-option",
+        "user=scripted",
+        "--task-option",
+        f"path={DATA / 'mock'}",
+        "--task-option",
+        "max_turns=3",
+        "-s",
+        "truncation",
+        "-b",
+        "1024 2048",
+        "-n",
+        "2",
+        "--timeout",
+        "900",
+        "--out",
+        str(out),
+    ]
     result = invoke_cli(*args)
     assert result.exit_code == 0, result.output
     rows = final_rows(out)
@@ -52,10 +72,33 @@ def test_mock_episodes_on_the_embedded_model(tmp_path):
 @pytest.mark.slow
 def test_llm_user_calls_are_logged_apart_and_not_budgeted(tmp_path):
     out = tmp_path / "run"
-    result = invoke_cli("run", "-t", "tau-bench", "--task-option", "domain=mock", "--task-option", "user=llm",
-                        "--task-option", f"path={DATA / 'mock'}", "--task-option", "max_turns=1",
-                        "--task-option", f"guidelines={DATA / 'simulation_guidelines.md'}", "-s", "truncation",
-                        "-b", "2048", "-n", "1", "--max-output-tokens", "32", "--timeout", "900", "--out", str(out))
+    result = invoke_cli(
+        "run",
+        "-t",
+        "tau-bench",
+        "--task-option",
+        "domain=mock",
+        "--task-option",
+        "user=llm",
+        "--task-option",
+        f"path={DATA / 'mock'}",
+        "--task-option",
+        "max_turns=1",
+        "--task-option",
+        f"guidelines={DATA / 'simulation_guidelines.md'}",
+        "-s",
+        "truncation",
+        "-b",
+        "2048",
+        "-n",
+        "1",
+        "--max-output-tokens",
+        "32",
+        "--timeout",
+        "900",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     (row,) = final_rows(out).values()
     episode = row["episode"]
@@ -66,6 +109,10 @@ def test_llm_user_calls_are_logged_apart_and_not_budgeted(tmp_path):
     assert all(c["served_prompt_tokens"] == c["prompt_tokens"] for c in user_calls)
     assert row["aux_calls"] == 0  # the user's calls are not the strategy's
     opening = user_calls[0]["completion"].strip()
-    audit = next(json.loads(line) for path in (out / "cells").rglob("*.jsonl")
-                 for line in path.read_text().splitlines() if '"prompt_audit"' in line)
+    audit = next(
+        json.loads(line)
+        for path in (out / "cells").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"prompt_audit"' in line
+    )
     assert audit["messages"][-1]["content"] == opening  # the agent's first query is what the user said

@@ -22,10 +22,15 @@ def call(name, **arguments):
 
 def test_parse_action_is_strict():
     assert parse_action(' {"name": "respond", "arguments": {"content": "hi"}} ').arguments == {"content": "hi"}
-    for reply, reason in [("", "empty"), ("hello", "not a JSON object"), ('{"name": "x"}', "exactly the keys"),
-                          ('{"name": "x", "arguments": {}} and more', "text after"), ("[1]", "not an object"),
-                          ('```json\n{"name": "x", "arguments": {}}\n```', "not a JSON object"),
-                          ('{"name": "respond", "arguments": {"text": "hi"}}', "'respond' takes")]:
+    for reply, reason in [
+        ("", "empty"),
+        ("hello", "not a JSON object"),
+        ('{"name": "x"}', "exactly the keys"),
+        ('{"name": "x", "arguments": {}} and more', "text after"),
+        ("[1]", "not an object"),
+        ('```json\n{"name": "x", "arguments": {}}\n```', "not a JSON object"),
+        ('{"name": "respond", "arguments": {"text": "hi"}}', "'respond' takes"),
+    ]:
         try:
             parse_action(reply)
         except InvalidAction as exc:
@@ -35,8 +40,16 @@ def test_parse_action_is_strict():
 
 
 def test_scripted_user_confirms_answers_once_and_stops():
-    user = ScriptedUser({"instructions": {"reason_for_call": "Return my lamp.", "known_info": "I am Ann, zip 12345.",
-                                          "task_instructions": "x", "domain": "retail"}})
+    user = ScriptedUser(
+        {
+            "instructions": {
+                "reason_for_call": "Return my lamp.",
+                "known_info": "I am Ann, zip 12345.",
+                "task_instructions": "x",
+                "domain": "retail",
+            }
+        }
+    )
     assert user.opening("Hi!") == "Return my lamp. I am Ann, zip 12345."
     assert user.reply("What is your zip code?", False) == "Here is what I know: I am Ann, zip 12345."
     assert user.reply("Do you confirm the return (yes/no)?", False) == "Yes, please go ahead."
@@ -90,9 +103,23 @@ def test_unfinished_episode_scores_0_and_ten_errors_end_it():
 
 def test_communicate_info_is_checked_in_the_agent_messages():
     task = TauBench(domain="airline", path=str(DATA / "airline"), user="scripted").domain
-    record = next(t for t in task.tasks if t.communicate_info and not any(
-        a.name in ("book_reservation", "cancel_reservation", "send_certificate", "update_reservation_baggages",
-                   "update_reservation_flights", "update_reservation_passengers") for a in t.actions or ()))
+    record = next(
+        t
+        for t in task.tasks
+        if t.communicate_info
+        and not any(
+            a.name
+            in (
+                "book_reservation",
+                "cancel_reservation",
+                "send_certificate",
+                "update_reservation_baggages",
+                "update_reservation_flights",
+                "update_reservation_passengers",
+            )
+            for a in t.actions or ()
+        )
+    )
     silent, _, _ = play("airline", record.id, [respond("I cannot help with that.")])
     told, _, _ = play("airline", record.id, [respond("Here you go: " + ", ".join(record.communicate_info) + ".")])
     assert silent["reward"] == 0.0 and silent["breakdown"]["COMMUNICATE"] == 0.0

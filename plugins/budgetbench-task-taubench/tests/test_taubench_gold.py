@@ -27,7 +27,9 @@ def gold_episode(name: str, task, extra=()):
     events = initial_events(task)
     outputs = []
     for action in (*(task.actions or ()), *extra):
-        events.append({"role": action.requestor, "tool_call": {"name": action.name, "arguments": dict(action.arguments)}})
+        events.append(
+            {"role": action.requestor, "tool_call": {"name": action.name, "arguments": dict(action.arguments)}}
+        )
         result = env.call(action.name, dict(action.arguments), action.requestor)
         events.append({"role": "tool", "content": result.content, "error": result.error})
         outputs.append((action.name, result))
@@ -47,8 +49,13 @@ def outcomes():
             init = initial_environment(dom, task)
             nothing = grade(dom, task, init, initial_events(task), "agent_stop")
             writes = graded["db"].get("gold_hash", init.snapshot()[0]) != init.snapshot()[0]
-            out[(name, task.id)] = {"reward": graded["reward"], "failures": failures, "nothing": nothing["reward"],
-                                    "writes": writes, "graded": graded}
+            out[(name, task.id)] = {
+                "reward": graded["reward"],
+                "failures": failures,
+                "nothing": nothing["reward"],
+                "writes": writes,
+                "graded": graded,
+            }
     return out
 
 
@@ -68,8 +75,9 @@ FAILING_GOLD = {
     ("retail", "64"): [("exchange_delivered_order_items", "Error: Non-delivered order cannot be exchanged")],
     ("retail", "67"): [("find_user_id_by_name_zip", "Error: User not found")] * 2,
     ("retail", "68"): [("find_user_id_by_name_zip", "Error: User not found")],
-    ("retail", "105"): [("exchange_delivered_order_items",
-                         "Error: Insufficient gift card balance to pay for the price difference")],
+    ("retail", "105"): [
+        ("exchange_delivered_order_items", "Error: Insufficient gift card balance to pay for the price difference")
+    ],
 }
 # The two mock tasks whose criteria need more than their gold actions: one asserts a task
 # status but lists no action, one asserts the user dismissed a notification (a user tool).
@@ -90,10 +98,14 @@ def test_the_incomplete_mock_tasks_pass_with_their_missing_step():
     from budgetbench_task_taubench.domain import Action
 
     mock = domain("mock")
-    missing = {"update_task_with_history_and_env_assertions": Action("x", "update_task_status",
-                                                                     {"task_id": "task_2", "status": "completed"}),
-               "update_task_with_user_tools": Action("x", "dismiss_notification", {"notification_id": "notif_1"},
-                                                     requestor="user")}
+    missing = {
+        "update_task_with_history_and_env_assertions": Action(
+            "x", "update_task_status", {"task_id": "task_2", "status": "completed"}
+        ),
+        "update_task_with_user_tools": Action(
+            "x", "dismiss_notification", {"notification_id": "notif_1"}, requestor="user"
+        ),
+    }
     for task_id, action in missing.items():
         graded, outputs = gold_episode("mock", mock.task(task_id), extra=(action,))
         assert not outputs[-1][1].error
@@ -121,15 +133,22 @@ def test_gold_replay_is_deterministic_and_leaves_a_fresh_database_untouched():
 
 # Do-nothing baseline per split: (tasks, tasks whose gold actions write nothing, do-nothing reward 1).
 DO_NOTHING = {
-    ("retail", "train"): (74, 7, 7), ("retail", "test"): (40, 4, 4), ("retail", "base"): (114, 11, 11),
-    ("airline", "train"): (30, 17, 16), ("airline", "test"): (20, 7, 7), ("airline", "base"): (50, 24, 23),
+    ("retail", "train"): (74, 7, 7),
+    ("retail", "test"): (40, 4, 4),
+    ("retail", "base"): (114, 11, 11),
+    ("airline", "train"): (30, 17, 16),
+    ("airline", "test"): (20, 7, 7),
+    ("airline", "base"): (50, 24, 23),
     ("mock", "base"): (10, 3, 1),
 }
 # Writes nothing but still needs the agent: airline 3 must communicate a fact; mock
 # impossible_task_1 needs a transfer_to_human_agents call (ACTION), and
 # update_task_with_history_and_env_assertions needs a status change nobody listed.
-NO_WRITE_BUT_FAILS = {("airline", "3"), ("mock", "impossible_task_1"),
-                      ("mock", "update_task_with_history_and_env_assertions")}
+NO_WRITE_BUT_FAILS = {
+    ("airline", "3"),
+    ("mock", "impossible_task_1"),
+    ("mock", "update_task_with_history_and_env_assertions"),
+}
 
 
 @pytest.mark.slow

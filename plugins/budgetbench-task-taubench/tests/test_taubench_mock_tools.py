@@ -27,19 +27,29 @@ def test_mock_tools_succeed_and_refuse():
     assert env.call("create_task", {"user_id": "user_9", "title": "x"}).content == "Error: User user_9 not found"
     bad = env.call("create_task", {"user_id": "user_1", "title": 5})
     assert bad.error and bad.content.startswith("Error: 1 validation error for Task\ntitle\n")
-    assert json.loads(env.call("update_task_status", {"task_id": "task_2", "status": "completed"}).content)[
-        "status"] == "completed"
-    assert env.call("update_task_status", {"task_id": "task_9", "status": "completed"}).content == \
-        "Error: Task task_9 not found"
+    assert (
+        json.loads(env.call("update_task_status", {"task_id": "task_2", "status": "completed"}).content)["status"]
+        == "completed"
+    )
+    assert (
+        env.call("update_task_status", {"task_id": "task_9", "status": "completed"}).content
+        == "Error: Task task_9 not found"
+    )
     assert json.loads(env.call("get_users", {}).content) == [
-        {"user_id": "user_1", "name": "Test User", "tasks": ["task_1", "task_2"]}]
-    assert env.call("assert_task_status", {"task_id": "task_2", "expected_status": "completed"}).content == \
-        "Error: Tool 'assert_task_status' not found."  # assertions are not tools
+        {"user_id": "user_1", "name": "Test User", "tasks": ["task_1", "task_2"]}
+    ]
+    assert (
+        env.call("assert_task_status", {"task_id": "task_2", "expected_status": "completed"}).content
+        == "Error: Tool 'assert_task_status' not found."
+    )  # assertions are not tools
     assert env.call("check_notifications", {}, "user").content.startswith('[{"notification_id": "notif_1"')
-    assert env.call("dismiss_notification", {"notification_id": "notif_1"}, "user").content == \
-        "Notification notif_1 dismissed"
-    assert env.call("dismiss_notification", {"notification_id": "n"}, "user").content == \
-        "Error: Notification n not found"
+    assert (
+        env.call("dismiss_notification", {"notification_id": "notif_1"}, "user").content
+        == "Notification notif_1 dismissed"
+    )
+    assert (
+        env.call("dismiss_notification", {"notification_id": "n"}, "user").content == "Error: Notification n not found"
+    )
     assert domain("retail").environment().call("get_users", {}, "user").content == "Error: User tools not available"
 
 
@@ -72,7 +82,10 @@ def test_initial_states_apply_data_actions_and_history():
 def test_loader_reads_every_split_and_names_bad_data(tmp_path):
     retail = domain("retail")
     assert len(retail.tasks) == 114 and {k: len(v) for k, v in retail.splits.items()} == {
-        "train": 74, "test": 40, "base": 114}
+        "train": 74,
+        "test": 40,
+        "base": 114,
+    }
     assert [t.id for t in retail.split("test")] == [t.id for t in retail.tasks if t.id in set(retail.splits["test"])]
     assert domain("mock").task("create_task_1").reward_basis == ("DB", "COMMUNICATE")  # upstream's default
     with pytest.raises(TaskDataError, match="no split 'dev'"):
