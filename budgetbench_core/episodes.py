@@ -125,13 +125,21 @@ class UserChannel:
         prompt = canonical_prompt(list(messages))
         tokens = self._run.counter.count(prompt)
         if tokens > self.limit:
-            raise ValueError(f"user simulator prompt has {tokens} tokens, more than the served context holds "
-                             f"({self.limit})")
+            raise ValueError(
+                f"user simulator prompt has {tokens} tokens, more than the served context holds ({self.limit})"
+            )
         outcome = self._run.caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self._seed))
         completion = outcome.completion
-        self.calls.append({"prompt_tokens": tokens, "served_prompt_tokens": completion.prompt_tokens,
-                           "completion_tokens": completion.completion_tokens, "latency_s": completion.latency_s,
-                           "cached": outcome.cached, "completion": completion.text})
+        self.calls.append(
+            {
+                "prompt_tokens": tokens,
+                "served_prompt_tokens": completion.prompt_tokens,
+                "completion_tokens": completion.completion_tokens,
+                "latency_s": completion.latency_s,
+                "cached": outcome.cached,
+                "completion": completion.text,
+            }
+        )
         return completion.text
 
 
@@ -213,29 +221,45 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
     last_reply, peak_served = "", None
     try:
         try:
-            episode = contained("episode", task_ref, lambda: task.episode(item, user), Deadline(run.config.item_timeout_s))
+            episode = contained(
+                "episode", task_ref, lambda: task.episode(item, user), Deadline(run.config.item_timeout_s)
+            )
             history = list(contained("episode", task_ref, episode.opening, Deadline(run.config.item_timeout_s)))
         except PluginFailure as failure:
-            cell.finish(Error, phase="episode", plugin=run.config.task, distribution=task_ref.distribution,
-                        cause=f"task {run.config.task!r} could not start the episode of item {item.id!r}: {failure.cause}")
+            cell.finish(
+                Error,
+                phase="episode",
+                plugin=run.config.task,
+                distribution=task_ref.distribution,
+                cause=f"task {run.config.task!r} could not start the episode of item {item.id!r}: {failure.cause}",
+            )
             return
         end_reason = "max_turns"
         for turn in range(task.turn_limit()):
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
             view = private_copy(turn_item)
             deadline = Deadline(run.config.item_timeout_s)
-            context = StrategyContext(item=view, budget=budget, counter=run.counter, seed=run.config.seed + repeat,
-                                      run_dir=run.run_dir,
-                                      complete=AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat,
-                                                          deadline))
+            context = StrategyContext(
+                item=view,
+                budget=budget,
+                counter=run.counter,
+                seed=run.config.seed + repeat,
+                run_dir=run.run_dir,
+                complete=AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline),
+            )
             gated = run.build_prompt(cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
                 return
             split = split_exchange(gated.prompt)
             if split:
-                cell.finish(Error, phase="strategy", plugin=strategy_name, prompt_tokens=gated.tokens,
-                            cause=f"strategy {strategy_name!r} split a tool call from its result at turn {turn} of "
-                                  f"item {item.id!r}: {split}")
+                cell.finish(
+                    Error,
+                    phase="strategy",
+                    plugin=strategy_name,
+                    prompt_tokens=gated.tokens,
+                    cause=f"strategy {strategy_name!r} split a tool call from its result at turn {turn} of "
+                    f"item {item.id!r}: {split}",
+                )
                 return
             outcome = run.send(cell, gated, repeat)
             if outcome is None:
@@ -256,53 +280,95 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             last_reply = completion.text
             before = 0 if turn == 0 else len(user.calls)  # turn 0 also counts the user's opening calls
             try:
-                step = contained("episode", task_ref, functools.partial(episode.step, completion.text),
-                                 Deadline(run.config.item_timeout_s))
+                step = contained(
+                    "episode",
+                    task_ref,
+                    functools.partial(episode.step, completion.text),
+                    Deadline(run.config.item_timeout_s),
+                )
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")
             except PluginFailure as failure:
-                cell.finish(Error, phase="episode", plugin=run.config.task, distribution=task_ref.distribution,
-                            prompt_tokens=gated.tokens, completion=completion.text,
-                            cause=f"task {run.config.task!r} failed at turn {turn} of item {item.id!r}: {failure.cause}")
+                cell.finish(
+                    Error,
+                    phase="episode",
+                    plugin=run.config.task,
+                    distribution=task_ref.distribution,
+                    prompt_tokens=gated.tokens,
+                    completion=completion.text,
+                    cause=f"task {run.config.task!r} failed at turn {turn} of item {item.id!r}: {failure.cause}",
+                )
                 return
             summary["tool_errors"] += int(bool(step.tool_error))
             user_calls = user.calls[before:]
             summary["user_calls"] += len(user_calls)
             summary["user_prompt_tokens"] += sum(c["prompt_tokens"] for c in user_calls)
             summary["user_completion_tokens"] += sum(c["completion_tokens"] or 0 for c in user_calls)
-            run.log.append(EpisodeTurn(**cell.key.fields(), turn=turn, prompt_tokens=gated.tokens,
-                                       served_prompt_tokens=completion.prompt_tokens, reply=completion.text,
-                                       done=step.done, tool_error=step.tool_error, record=step.record,
-                                       appended=[m.to_dict() for m in canonical_prompt(list(step.messages))],
-                                       user_calls=user_calls).row(), run.run_dir / EPISODE_LOG)
+            run.log.append(
+                EpisodeTurn(
+                    **cell.key.fields(),
+                    turn=turn,
+                    prompt_tokens=gated.tokens,
+                    served_prompt_tokens=completion.prompt_tokens,
+                    reply=completion.text,
+                    done=step.done,
+                    tool_error=step.tool_error,
+                    record=step.record,
+                    appended=[m.to_dict() for m in canonical_prompt(list(step.messages))],
+                    user_calls=user_calls,
+                ).row(),
+                run.run_dir / EPISODE_LOG,
+            )
             history.extend(step.messages)
             if step.done:
                 end_reason = "done"
                 break
         try:
-            graded = contained("grading", task_ref, lambda: episode.outcome(end_reason),
-                               Deadline(max(run.config.item_timeout_s, run.config.timeout_s * 4)))
+            graded = contained(
+                "grading",
+                task_ref,
+                lambda: episode.outcome(end_reason),
+                Deadline(max(run.config.item_timeout_s, run.config.timeout_s * 4)),
+            )
             reward = float(graded["reward"])
             if not 0.0 <= reward <= 1.0:
                 raise ValueError(f"reward {reward} outside [0, 1]")
         except (PluginFailure, KeyError, TypeError, ValueError) as exc:
             cause = exc.cause if isinstance(exc, PluginFailure) else describe_exception(exc)
-            cell.finish(Error, phase="grading", plugin=run.config.task, distribution=task_ref.distribution,
-                        cause=f"grading the episode of item {item.id!r} failed: {cause}")
+            cell.finish(
+                Error,
+                phase="grading",
+                plugin=run.config.task,
+                distribution=task_ref.distribution,
+                cause=f"grading the episode of item {item.id!r} failed: {cause}",
+            )
             return
         summary.update(reward=reward, end_reason=end_reason, outcome=json_safe_or_empty(graded))
         peak = summary["peak_prompt_tokens"]
-        cell.finish(Result, prediction=last_reply, completion=last_reply, answer=json_safe_or_empty(item.answer),
-                    quality=reward, verdict=json_safe_or_empty(graded),
-                    # the run's grader is named (reports check it); the quality is the episode's reward
-                    grader={"name": run.grader_name, "version": str(run.grader.version),
-                            "episode_outcome": f"{task.name} {task.outcome_version}"},
-                    prompt_tokens=peak, served_prompt_tokens=peak_served,
-                    served_count_matches=summary["served_counts_match"], completion_tokens=int(completion_tokens),
-                    utilisation=peak / budget, latency_s=latency, strategy_s=time.perf_counter() - started - latency,
-                    attempts=int(attempts), cached=all_cached)
+        cell.finish(
+            Result,
+            prediction=last_reply,
+            completion=last_reply,
+            answer=json_safe_or_empty(item.answer),
+            quality=reward,
+            verdict=json_safe_or_empty(graded),
+            # the run's grader is named (reports check it); the quality is the episode's reward
+            grader={
+                "name": run.grader_name,
+                "version": str(run.grader.version),
+                "episode_outcome": f"{task.name} {task.outcome_version}",
+            },
+            prompt_tokens=peak,
+            served_prompt_tokens=peak_served,
+            served_count_matches=summary["served_counts_match"],
+            completion_tokens=int(completion_tokens),
+            utilisation=peak / budget,
+            latency_s=latency,
+            strategy_s=time.perf_counter() - started - latency,
+            attempts=int(attempts),
+            cached=all_cached,
+        )
     finally:
         cell.close()
         if cell.terminal is None:  # a harness bug: still never a cell without its row
             cell.finish(Error, phase="cell", cause="the episode ended without a decision (harness error)")
-

@@ -35,8 +35,10 @@ class CellEvent:
     repeat: int = doc("repeat index, from 0")
     item_id: str = doc("the item's id, exactly as the task gave it")
     category: str | None = doc("the item's category (question type)", None)
-    run_key: str = doc("hash of everything that defines the experiment (see Run identity); resume reuses only "
-                       "rows with the current key")
+    run_key: str = doc(
+        "hash of everything that defines the experiment (see Run identity); resume reuses only "
+        "rows with the current key"
+    )
     tokenizer: dict[str, Any] | None = doc("`{id, backend, exact}` of the tokenizer that counted", None)
 
     def row(self) -> dict[str, Any]:
@@ -46,9 +48,11 @@ class CellEvent:
         return out
 
 
-EVIDENCE_DOC = ("evidence recall of this prompt: `{marked, kept, dropped}` (counts and ids of the evidence pieces "
-                "the task marked with metadata `evidence`, see Evidence recall); null when the item has no marks or "
-                "no prompt was built")
+EVIDENCE_DOC = (
+    "evidence recall of this prompt: `{marked, kept, dropped}` (counts and ids of the evidence pieces "
+    "the task marked with metadata `evidence`, see Evidence recall); null when the item has no marks or "
+    "no prompt was built"
+)
 
 
 @dataclass(kw_only=True)
@@ -56,16 +60,23 @@ class PromptAudit(CellEvent):
     """Written for every prompt a strategy produced, before the budget decision."""
 
     EVENT: ClassVar[str] = "prompt_audit"
-    call: int = doc("index of the model call within the cell: the turn index, from 0, in an agent episode (one "
-                    "audit per turn); 0 for a single-call task", 0)
-    prompt_hash: str = doc("sha256 of the canonical chat messages (role and content) that were counted and would "
-                           "be sent")
+    call: int = doc(
+        "index of the model call within the cell: the turn index, from 0, in an agent episode (one "
+        "audit per turn); 0 for a single-call task",
+        0,
+    )
+    prompt_hash: str = doc(
+        "sha256 of the canonical chat messages (role and content) that were counted and would be sent"
+    )
     prompt_tokens: int = doc("exact token count of the rendered canonical prompt, chat template included")
     messages: list[dict[str, Any]] = doc("the canonical prompt, each `{role, content, metadata}`")
-    metadata_dropped: list[str] = doc("paths of message metadata that were not JSON-safe and were left out",
-                                      factory=list)
-    strategy_audit: dict[str, Any] = doc("what the strategy reported (retrieval scores, chosen units, summary "
-                                         "calls, budget fill), JSON-safe copy", factory=dict)
+    metadata_dropped: list[str] = doc(
+        "paths of message metadata that were not JSON-safe and were left out", factory=list
+    )
+    strategy_audit: dict[str, Any] = doc(
+        "what the strategy reported (retrieval scores, chosen units, summary calls, budget fill), JSON-safe copy",
+        factory=dict,
+    )
     evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)
 
 
@@ -119,8 +130,9 @@ class Result(Terminal):
     verdict: dict[str, Any] = doc("the grader's detail (raw judge verdict, normalised strings), JSON-safe copy")
     grader: dict[str, Any] = doc("`{name, version}`")
     prompt_tokens: int = doc("our exact count of the rendered prompt")
-    served_prompt_tokens: int | None = doc("the server's `usage.prompt_tokens`; **null when the server gave none** "
-                                           "(never 0 by default)")
+    served_prompt_tokens: int | None = doc(
+        "the server's `usage.prompt_tokens`; **null when the server gave none** (never 0 by default)"
+    )
     served_cached_tokens: int | None = doc("cached prompt tokens the server reported, if any", None)
     served_count_matches: bool | None = doc("`served_prompt_tokens == prompt_tokens`; null when not reported")
     completion_tokens: int | None = doc("the server's completion tokens; null when not reported")
@@ -136,9 +148,11 @@ class Violation(Terminal):
     """The budget was exceeded. Scored `quality: 0`."""
 
     EVENT: ClassVar[str] = "violation"
-    phase: str = doc("`prompt` (the answering prompt was over budget: not sent), `auxiliary` (a strategy's "
-                     "summary/compression prompt was over budget: not sent), or `served` (the server counted more "
-                     "prompt tokens than the budget: sent, completion kept for audit, scored 0)")
+    phase: str = doc(
+        "`prompt` (the answering prompt was over budget: not sent), `auxiliary` (a strategy's "
+        "summary/compression prompt was over budget: not sent), or `served` (the server counted more "
+        "prompt tokens than the budget: sent, completion kept for audit, scored 0)"
+    )
     prompt_tokens: int = doc("our exact count")
     served_prompt_tokens: int | None = doc("the server's count (phase `served`)", None)
     quality: float = doc("always 0", 0)
@@ -163,9 +177,11 @@ class Error(Terminal):
     """Something failed; no prediction exists and none is invented."""
 
     EVENT: ClassVar[str] = "error"
-    phase: str = doc("`reset`, `strategy` (apply), `ingest`, `retrieve`, `counting`, `model`, `extract`, "
-                     "`grading`, `cell` (the cell's deadline passed), `executor` (the unit's remote worker "
-                     "was lost more often than the executor retries; a resume runs it again)")
+    phase: str = doc(
+        "`reset`, `strategy` (apply), `ingest`, `retrieve`, `counting`, `model`, `extract`, "
+        "`grading`, `cell` (the cell's deadline passed), `executor` (the unit's remote worker "
+        "was lost more often than the executor retries; a resume runs it again)"
+    )
     cause: str = doc("the error, naming the plugin, its distribution and the item")
     plugin: str | None = doc("the plugin at fault, when known", None)
     distribution: str | None = doc("its distribution, when known", None)
@@ -200,11 +216,15 @@ class EpisodeTurn(CellEvent):
     done: bool = doc("true when the task ended the episode after this reply")
     tool_error: bool = doc("true when the reply's action failed (malformed, unknown tool, refused by the tool)")
     record: dict[str, Any] = doc("the task's own record of the step (action, tool output), JSON-safe copy")
-    appended: list[dict[str, Any]] = doc("the messages added to the history, `{role, content, metadata}`: the "
-                                         "reply, then what answered it (tool result, the user's next message)")
-    user_calls: list[dict[str, Any]] = doc("the simulated user's model calls of this turn, each `{prompt_tokens, "
-                                           "served_prompt_tokens, completion_tokens, latency_s, cached, completion}`: "
-                                           "logged here, never budgeted (turn 0 also has the user's opening calls)")
+    appended: list[dict[str, Any]] = doc(
+        "the messages added to the history, `{role, content, metadata}`: the "
+        "reply, then what answered it (tool result, the user's next message)"
+    )
+    user_calls: list[dict[str, Any]] = doc(
+        "the simulated user's model calls of this turn, each `{prompt_tokens, "
+        "served_prompt_tokens, completion_tokens, latency_s, cached, completion}`: "
+        "logged here, never budgeted (turn 0 also has the user's opening calls)"
+    )
 
 
 @dataclass(kw_only=True)
@@ -213,15 +233,19 @@ class EpisodeSummary:
     whole episode. Tasks with single calls have no `episode` field."""
 
     reward: float = doc("the task's reward in [0, 1] (also the row's `quality`); 0 for a violation or error", 0.0)
-    end_reason: str | None = doc("`done` (the task ended it), `max_turns` (the turn limit), `violation` (a "
-                                 "prompt did not fit: the episode stopped at that turn) or `error`", None)
+    end_reason: str | None = doc(
+        "`done` (the task ended it), `max_turns` (the turn limit), `violation` (a "
+        "prompt did not fit: the episode stopped at that turn) or `error`",
+        None,
+    )
     turns: int = doc("agent turns completed (replies acted on)", 0)
     calls: int = doc("agent model calls made (each one gated and audited)", 0)
     total_prompt_tokens: int = doc("sum of our counts over those calls", 0)
     peak_prompt_tokens: int = doc("the largest of them (the row's `prompt_tokens` on a result)", 0)
     tool_errors: int = doc("turns whose action was a tool error the agent saw", 0)
-    served_counts_match: bool | None = doc("every server-reported count equal to ours; null when the server "
-                                           "reported none", None)
+    served_counts_match: bool | None = doc(
+        "every server-reported count equal to ours; null when the server reported none", None
+    )
     user_calls: int = doc("simulated user model calls (not budgeted)", 0)
     user_prompt_tokens: int = doc("their prompt tokens (our count)", 0)
     user_completion_tokens: int = doc("their completion tokens", 0)
@@ -311,9 +335,14 @@ def render_markdown() -> str:
     """docs/events.md, from the dataclasses above."""
     lines = [_HEADER]
     common = {f.name for f in fields(CellEvent)}
-    lines += ["## Common fields (every event)", "", "| field | type | meaning |", "|---|---|---|",
-              "| `event` | str | the kind: " + ", ".join(f"`{c.EVENT}`" for c in ALL_EVENTS) + " |",
-              "| `time` | str | UTC ISO timestamp when the row was written |"]
+    lines += [
+        "## Common fields (every event)",
+        "",
+        "| field | type | meaning |",
+        "|---|---|---|",
+        "| `event` | str | the kind: " + ", ".join(f"`{c.EVENT}`" for c in ALL_EVENTS) + " |",
+        "| `time` | str | UTC ISO timestamp when the row was written |",
+    ]
     lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(CellEvent)]
     terminal = {f.name for f in fields(Terminal)} - common
     for cls in ALL_EVENTS:
@@ -324,15 +353,31 @@ def render_markdown() -> str:
         lines += ["| field | type | meaning |", "|---|---|---|"]
         lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in own]
         if issubclass(cls, Terminal):
-            lines.append("| " + ", ".join(f"`{name}`" for name in (f.name for f in fields(Terminal))
-                                          if name in terminal) + " | | see Terminal fields |")
-    lines += ["", "## Terminal fields (result, violation, error, admitted)", "", "| field | type | meaning |", "|---|---|---|"]
-    lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(Terminal)
-              if f.name in terminal]
+            lines.append(
+                "| "
+                + ", ".join(f"`{name}`" for name in (f.name for f in fields(Terminal)) if name in terminal)
+                + " | | see Terminal fields |"
+            )
+    lines += [
+        "",
+        "## Terminal fields (result, violation, error, admitted)",
+        "",
+        "| field | type | meaning |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(Terminal) if f.name in terminal
+    ]
     lines.append("| `episode` | dict | only on an episodic task's rows: see Episode fields |")
-    lines += ["", "## Episode fields (`episode` on terminal rows of an episodic task)", "",
-              (EpisodeSummary.__doc__ or "").strip().replace("\n    ", "\n"), "",
-              "| field | type | meaning |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Episode fields (`episode` on terminal rows of an episodic task)",
+        "",
+        (EpisodeSummary.__doc__ or "").strip().replace("\n    ", "\n"),
+        "",
+        "| field | type | meaning |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(EpisodeSummary)]
     return "\n".join(lines) + "\n"
 

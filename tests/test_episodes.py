@@ -24,16 +24,21 @@ def doc_example() -> types.ModuleType:
 
 
 def audits(run_dir: Path) -> list[dict]:
-    return [row for path in sorted((run_dir / "cells").rglob("*.jsonl"))
-            for row in map(json.loads, path.read_text().splitlines()) if row["event"] == "prompt_audit"]
+    return [
+        row
+        for path in sorted((run_dir / "cells").rglob("*.jsonl"))
+        for row in map(json.loads, path.read_text().splitlines())
+        if row["event"] == "prompt_audit"
+    ]
 
 
 @pytest.mark.slow
 def test_doc_example_runs_every_call_through_the_gate(tmp_path):
     registry = registry_with(doc_example())
     common = dict(task="countdown", model="local", limit=2, max_concurrency=1, timeout_s=900)
-    first = run(RunConfig(strategies=["full_context"], budgets=[1000], out=tmp_path / "wide", **common),
-                registry=registry)
+    first = run(
+        RunConfig(strategies=["full_context"], budgets=[1000], out=tmp_path / "wide", **common), registry=registry
+    )
     assert first.results == 2 and first.model_calls == 6
     rows = final_rows(tmp_path / "wide")
     for row in rows.values():
@@ -71,7 +76,8 @@ def test_doc_example_runs_every_call_through_the_gate(tmp_path):
     again = run(config, registry=registry)  # resume: finished episodes make no call
     assert again.model_calls == 0 and again.cells_skipped == 4
     assert (narrow / "episodes.jsonl").read_text().count('"event": "episode_turn"') == sum(
-        row["episode"]["calls"] for row in rows.values())
+        row["episode"]["calls"] for row in rows.values()
+    )
 
     # Killed mid-episode: the truncation cell of one item lost everything after its first call.
     cut_episode_and_resume(narrow, config, registry, rows)
@@ -90,8 +96,13 @@ def cut_episode_and_resume(run_dir: Path, config: RunConfig, registry, rows: dic
     cell_file.write_text("".join(json.dumps(e) + "\n" for e in kept))
     turns_log = run_dir / "episodes.jsonl"
     turns = [json.loads(line) for line in turns_log.read_text().splitlines()]
-    turns_log.write_text("".join(json.dumps(t) + "\n" for t in turns if not (
-        t["strategy"] == "truncation" and t["item_id"] == item and t["turn"] >= 1)))
+    turns_log.write_text(
+        "".join(
+            json.dumps(t) + "\n"
+            for t in turns
+            if not (t["strategy"] == "truncation" and t["item_id"] == item and t["turn"] >= 1)
+        )
+    )
 
     again = run(config, registry=registry)
     assert again.cells_skipped == 3 and again.results == 1 and again.errors == 0
@@ -105,8 +116,11 @@ def cut_episode_and_resume(run_dir: Path, config: RunConfig, registry, rows: dic
     assert episode["turns"] == episode["calls"] == 3 and episode["end_reason"] == "done"
     assert episode["total_prompt_tokens"] == sum(e["prompt_tokens"] for e in redone if e["event"] == "prompt_audit")
     assert terminal[0]["quality"] == rows[next(k for k in rows if k[1] == "truncation" and k[4] == item)]["quality"]
-    logged = [t["turn"] for t in map(json.loads, turns_log.read_text().splitlines())
-              if t["strategy"] == "truncation" and t["item_id"] == item]
+    logged = [
+        t["turn"]
+        for t in map(json.loads, turns_log.read_text().splitlines())
+        if t["strategy"] == "truncation" and t["item_id"] == item
+    ]
     assert logged == [0, 0, 1, 2]  # the cut attempt's first turn, then the whole redone episode
 
 
@@ -129,19 +143,25 @@ def report_shows_episodes(run_dir: Path, rows: dict) -> None:
         want = estimate([r["episode"]["reward"] for r in mine], binary)
         assert cell["episodes"] == len(mine) == cell["reward_n"]
         assert (cell["reward"], cell["reward_low"], cell["reward_high"]) == pytest.approx(
-            (want.mean, want.low, want.high))
+            (want.mean, want.low, want.high)
+        )
         assert cell["turns_mean"] == pytest.approx(sum(e["turns"] for e in episodes) / len(mine))
         assert cell["calls_mean"] == pytest.approx(sum(e["calls"] for e in episodes) / len(mine))
         assert cell["peak_prompt_tokens_max"] == max(e["peak_prompt_tokens"] for e in episodes)
         assert cell["tool_errors_mean"] == 0
         ends = [e["end_reason"] for e in episodes]
         assert [cell[f"end_{r}"] for r in ("done", "max_turns", "violation", "error")] == [
-            ends.count(r) for r in ("done", "max_turns", "violation", "error")]
-        line = next(x for x in section.splitlines() if x.startswith(f"| countdown | {cell['strategy']} | "
-                                                                     f"{cell['budget']} | {cell['episodes']} | "))
+            ends.count(r) for r in ("done", "max_turns", "violation", "error")
+        ]
+        line = next(
+            x
+            for x in section.splitlines()
+            if x.startswith(f"| countdown | {cell['strategy']} | {cell['budget']} | {cell['episodes']} | ")
+        )
         assert f"| {cell['reward']:.3f} | {cell['reward_low']:.3f} | {cell['reward_high']:.3f} |" in line
-        assert f"| {cell['end_done']} | {cell['end_max_turns']} | {cell['end_violation']} | {cell['end_error']} |" \
-            in line
+        assert (
+            f"| {cell['end_done']} | {cell['end_max_turns']} | {cell['end_violation']} | {cell['end_error']} |" in line
+        )
     truncation = next(c for c in report["summary"] if c["strategy"] == "truncation")
     full = next(c for c in report["summary"] if c["strategy"] == "full_context")
     assert truncation["end_done"] == 2 and full["end_violation"] >= 1  # the table tells them apart
@@ -169,16 +189,44 @@ def test_report_summarises_episodes_per_cell():
     from budgetbench_core.report.tables import episode_columns
 
     def row(event, reward, turns, peak, end, item):
-        return {"event": event, "item_id": item, "episode": {"reward": reward, "turns": turns, "calls": turns, "peak_prompt_tokens": peak,
-                                            "tool_errors": 1, "end_reason": end}}
+        return {
+            "event": event,
+            "item_id": item,
+            "episode": {
+                "reward": reward,
+                "turns": turns,
+                "calls": turns,
+                "peak_prompt_tokens": peak,
+                "tool_errors": 1,
+                "end_reason": end,
+            },
+        }
 
-    columns = episode_columns([row("result", 1.0, 4, 900, "done", "a"), row("result", 0.0, 4, 900, "max_turns", "a"),
-                               row("violation", 0.0, 2, 1100, "violation", "b"), row("error", 0.0, 1, 500, "error", "c")],
-                              binary=True)
+    columns = episode_columns(
+        [
+            row("result", 1.0, 4, 900, "done", "a"),
+            row("result", 0.0, 4, 900, "max_turns", "a"),
+            row("violation", 0.0, 2, 1100, "violation", "b"),
+            row("error", 0.0, 1, 500, "error", "c"),
+        ],
+        binary=True,
+    )
     reward = estimate([0.5, 0.0], binary=True)  # per item, over repeats; the error is left out
     assert reward.method == "bounded-t"
-    assert columns == {"episodes": 4, "reward": 0.25, "reward_low": reward.low, "reward_high": reward.high,
-                       "reward_n": 2, "turns_mean": 10 / 3, "calls_mean": 10 / 3, "peak_prompt_tokens_max": 1100.0,
-                       "tool_errors_mean": 1.0, "end_done": 1, "end_max_turns": 1, "end_violation": 1,
-                       "end_error": 1, "end_reasons": "done 1; error 1; max_turns 1; violation 1"}
+    assert columns == {
+        "episodes": 4,
+        "reward": 0.25,
+        "reward_low": reward.low,
+        "reward_high": reward.high,
+        "reward_n": 2,
+        "turns_mean": 10 / 3,
+        "calls_mean": 10 / 3,
+        "peak_prompt_tokens_max": 1100.0,
+        "tool_errors_mean": 1.0,
+        "end_done": 1,
+        "end_max_turns": 1,
+        "end_violation": 1,
+        "end_error": 1,
+        "end_reasons": "done 1; error 1; max_turns 1; violation 1",
+    }
     assert episode_columns([{"event": "result", "quality": 1.0}], binary=True) == {}

@@ -13,11 +13,20 @@ from . import FORMATS, write_report
 
 @click.command("report")
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--reference", default=None, metavar="STRATEGY[@BUDGET]",
-              help="Reference for paired deltas: one cell (STRATEGY@BUDGET) or a strategy compared at each "
-                   "budget. Default: the run's first strategy at each budget.")
-@click.option("--format", "formats", multiple=True, type=click.Choice(FORMATS),
-              help="Output format; repeat for several. Default: all. Plots are always written.")
+@click.option(
+    "--reference",
+    default=None,
+    metavar="STRATEGY[@BUDGET]",
+    help="Reference for paired deltas: one cell (STRATEGY@BUDGET) or a strategy compared at each "
+    "budget. Default: the run's first strategy at each budget.",
+)
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    type=click.Choice(FORMATS),
+    help="Output format; repeat for several. Default: all. Plots are always written.",
+)
 def report_command(run_dir: Path, reference: str | None, formats: tuple[str, ...]) -> None:
     """Tables, paired deltas, plots and a static HTML report in RUN_DIR/report/."""
     paths = write_report(run_dir, reference=reference, formats=formats or FORMATS)
@@ -27,27 +36,65 @@ def report_command(run_dir: Path, reference: str | None, formats: tuple[str, ...
 
 @click.command("gate")
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--max-violation-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Largest violation rate a checked cell may have.")
-@click.option("--max-error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Largest share of error rows (never scored) a checked cell may have.")
-@click.option("--candidate", default=None, metavar="STRATEGY@BUDGET",
-              help="The cell to gate; default: every cell of the run.")
-@click.option("--reference", default=None, metavar="STRATEGY@BUDGET",
-              help="Cell the candidate must not be worse than (needs --candidate and --margin).")
-@click.option("--margin", type=float, default=None,
-              help="Non-inferiority: the lower bound of the paired delta's 95%% interval must be above -MARGIN.")
-@click.option("--min-items", type=click.IntRange(1), default=None,
-              help="Fewest scored (and paired) items a checked cell or comparison may have.")
+@click.option(
+    "--max-violation-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Largest violation rate a checked cell may have.",
+)
+@click.option(
+    "--max-error-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Largest share of error rows (never scored) a checked cell may have.",
+)
+@click.option(
+    "--candidate", default=None, metavar="STRATEGY@BUDGET", help="The cell to gate; default: every cell of the run."
+)
+@click.option(
+    "--reference",
+    default=None,
+    metavar="STRATEGY@BUDGET",
+    help="Cell the candidate must not be worse than (needs --candidate and --margin).",
+)
+@click.option(
+    "--margin",
+    type=float,
+    default=None,
+    help="Non-inferiority: the lower bound of the paired delta's 95%% interval must be above -MARGIN.",
+)
+@click.option(
+    "--min-items",
+    type=click.IntRange(1),
+    default=None,
+    help="Fewest scored (and paired) items a checked cell or comparison may have.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-def gate_command(run_dir: Path, max_violation_rate: float, max_error_rate: float, candidate: str | None,
-                 reference: str | None, margin: float | None, min_items: int | None, as_json: bool) -> None:
+def gate_command(
+    run_dir: Path,
+    max_violation_rate: float,
+    max_error_rate: float,
+    candidate: str | None,
+    reference: str | None,
+    margin: float | None,
+    min_items: int | None,
+    as_json: bool,
+) -> None:
     """Release gate: exit 0 when every check passes, 1 when any fails (2: usage error)."""
     from .data import load_run
     from .gate import gate
 
-    result = gate(load_run(run_dir, with_prompts=False), max_violation_rate, max_error_rate, reference, candidate,
-                  margin, min_items)
+    result = gate(
+        load_run(run_dir, with_prompts=False),
+        max_violation_rate,
+        max_error_rate,
+        reference,
+        candidate,
+        margin,
+        min_items,
+    )
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -55,26 +102,54 @@ def gate_command(run_dir: Path, max_violation_rate: float, max_error_rate: float
         for check in result.checks:
             click.echo(f"{'PASS' if check.passed else 'FAIL'}  {check.name:<{width}}  {check.cell}: {check.figure}")
         failed = sum(not c.passed for c in result.checks)
-        click.echo(f"gate {'passed' if result.passed else 'FAILED'}: {len(result.checks) - failed} of "
-                   f"{len(result.checks)} checks passed ({run_dir})")
+        click.echo(
+            f"gate {'passed' if result.passed else 'FAILED'}: {len(result.checks) - failed} of "
+            f"{len(result.checks)} checks passed ({run_dir})"
+        )
     sys.exit(0 if result.passed else 1)
 
 
 @click.command("plan")
 @click.argument("pilot_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--delta", type=float, default=None,
-              help="Difference to detect (default: each pair's observed delta in the pilot).")
-@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Plan for non-inferiority at this margin instead of detection.")
-@click.option("--assume-delta", type=float, default=None,
-              help="With --margin: the true delta assumed (default: the pilot's observed delta).")
-@click.option("--power", type=click.FloatRange(0.5, 1, max_open=True), default=0.8, show_default=True,
-              help="Chance the planned run detects the difference if it is real.")
-@click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True,
-              help="Confidence level of the intervals the planned run will report.")
+@click.option(
+    "--delta", type=float, default=None, help="Difference to detect (default: each pair's observed delta in the pilot)."
+)
+@click.option(
+    "--margin",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Plan for non-inferiority at this margin instead of detection.",
+)
+@click.option(
+    "--assume-delta",
+    type=float,
+    default=None,
+    help="With --margin: the true delta assumed (default: the pilot's observed delta).",
+)
+@click.option(
+    "--power",
+    type=click.FloatRange(0.5, 1, max_open=True),
+    default=0.8,
+    show_default=True,
+    help="Chance the planned run detects the difference if it is real.",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0.5, 1, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Confidence level of the intervals the planned run will report.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, assume_delta: float | None,
-                 power: float, confidence: float, as_json: bool) -> None:
+def plan_command(
+    pilot_dir: Path,
+    delta: float | None,
+    margin: float | None,
+    assume_delta: float | None,
+    power: float,
+    confidence: float,
+    as_json: bool,
+) -> None:
     """Items needed per strategy pair and tier, planned from a pilot run."""
     from rich.console import Console
     from rich.table import Table
@@ -90,8 +165,9 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
         raise click.UsageError("--delta must not be 0")
     data = load_run(pilot_dir, with_prompts=False)
     if any(r["event"] == "admitted" for r in data.rows.values()):
-        raise click.UsageError(f"{pilot_dir} is a prompts-only run: it has no quality to plan from; "
-                               "plan from an answered pilot run")
+        raise click.UsageError(
+            f"{pilot_dir} is a prompts-only run: it has no quality to plan from; plan from an answered pilot run"
+        )
     rows = plan_table(data, delta, margin, assume_delta, confidence, power)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str).replace("NaN", "null"))
@@ -99,8 +175,11 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
     if not rows:
         click.echo(f"{pilot_dir}: fewer than two strategies at every tier: nothing to pair")
         return
-    goal = (f"show non-inferiority at margin {margin:g} (lower bound of the paired delta above {-margin:g})"
-            if margin is not None else "detect a difference (paired interval excludes 0)")
+    goal = (
+        f"show non-inferiority at margin {margin:g} (lower bound of the paired delta above {-margin:g})"
+        if margin is not None
+        else "detect a difference (paired interval excludes 0)"
+    )
     console = Console(width=max(100, Console().width))
     console.print(f"{pilot_dir}: items needed to {goal} with {power:.0%} power at {confidence:.0%} confidence")
     for task, budget in sorted({(r["task"], r["budget"]) for r in rows}):
@@ -109,8 +188,15 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
             table.add_column(column, justify="left" if column in ("candidate", "reference") else "right")
         for r in (r for r in rows if (r["task"], r["budget"]) == (task, budget)):
             spread = "–" if r["spread"] != r["spread"] else f"{r['spread_kind']} {r['spread']:.3f}"
-            table.add_row(r["candidate"], r["reference"], str(r["pilot_items"]), f"{r['observed_delta']:+.3f}",
-                          spread, f"{r['effect']:.3f}", str(r["needed"]) if r["needed"] else "–")
+            table.add_row(
+                r["candidate"],
+                r["reference"],
+                str(r["pilot_items"]),
+                f"{r['observed_delta']:+.3f}",
+                spread,
+                f"{r['effect']:.3f}",
+                str(r["needed"]) if r["needed"] else "–",
+            )
         console.print(table)
         for r in (r for r in rows if (r["task"], r["budget"]) == (task, budget) and not r["needed"]):
             console.print(f"  {r['candidate']} vs {r['reference']}: {r['reason']}")
@@ -118,8 +204,14 @@ def plan_command(pilot_dir: Path, delta: float | None, margin: float | None, ass
 
 @click.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "-o", type=click.Path(path_type=Path), default=Path("compare"), show_default=True,
-              help="Directory for the comparison report.")
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=Path("compare"),
+    show_default=True,
+    help="Directory for the comparison report.",
+)
 @click.option("--label", "labels", multiple=True, help="A name per run, in order (default: directory names).")
 @click.option("--allow-different-data", is_flag=True, help="Compare runs made on different task data.")
 def compare_command(run_dirs: tuple[Path, ...], out: Path, labels: tuple[str, ...], allow_different_data: bool) -> None:

@@ -26,10 +26,10 @@ SPREAD = 1.5
 DEPENDENCE = 0.5  # share of items whose two arms are coupled (positively or negatively)
 
 # Tolerances the test asserts (docs/reading-a-report.md states them):
-COVERAGE_FLOOR = 0.92      # every case with n >= the minimum: coverage >= 95% - 3 points
+COVERAGE_FLOOR = 0.92  # every case with n >= the minimum: coverage >= 95% - 3 points
 SMALL_BINARY_FLOOR = 0.875  # binary cells below 5 items: Wilson at n = 4, p = 0.5 misses 0/4 and 4/4
-BINARY_MEAN_BAND = 0.01    # binary cells: coverage averaged over p within 95% +- 1 point
-VERDICT_CEILING = 0.05     # no effect: share of samples given a verdict <= 5%
+BINARY_MEAN_BAND = 0.01  # binary cells: coverage averaged over p within 95% +- 1 point
+VERDICT_CEILING = 0.05  # no effect: share of samples given a verdict <= 5%
 
 
 # Graded values: 0/1 outcomes a graded grader may give, an item's mean over two binary repeats,
@@ -40,9 +40,9 @@ GRADED_FAMILIES = (*PARTS, "logit-normal")
 
 @dataclass
 class Row:
-    case: str        # "binary cell", "graded cell", "paired binary", "paired graded"
-    family: str      # distribution of the values
-    truth: str       # what is estimated (p, mean, delta) and how the arms depend
+    case: str  # "binary cell", "graded cell", "paired binary", "paired graded"
+    family: str  # distribution of the values
+    truth: str  # what is estimated (p, mean, delta) and how the arms depend
     n: int
     coverage: float  # share of samples whose interval contains the truth (nan: no interval)
     verdicts: float | None = None  # paired, no effect: share given higher/lower
@@ -93,8 +93,15 @@ def _graded_levels(family: str) -> list[tuple[float, float, float, float]]:
     """(level, shifted level, mean, shifted mean) per "near 0 / 0.5 / 1" setting."""
     if family in PARTS:
         return [(m, m + (0.1 if m < 0.9 else -0.1), m, m + (0.1 if m < 0.9 else -0.1)) for m in MEANS]
-    return [(loc, loc + (1.0 if loc < 1 else -1.0), _logit_normal_mean(loc), _logit_normal_mean(loc + (1.0 if loc < 1 else -1.0)))
-            for loc in LOCATIONS]
+    return [
+        (
+            loc,
+            loc + (1.0 if loc < 1 else -1.0),
+            _logit_normal_mean(loc),
+            _logit_normal_mean(loc + (1.0 if loc < 1 else -1.0)),
+        )
+        for loc in LOCATIONS
+    ]
 
 
 def graded_cells(ns: Iterable[int] = NS, reps: int = 2000, seed: int = 1) -> list[Row]:
@@ -124,8 +131,9 @@ def _joint(p_cand: float, p_ref: float, coupling: str) -> np.ndarray:
 COUPLINGS = ("independent", "positive", "negative")
 
 
-def paired_binary(ns: Iterable[int] = NS, reps: int = 4000, seed: int = 2,
-                  min_n: int = stats.MIN_PAIRED_ITEMS) -> list[Row]:
+def paired_binary(
+    ns: Iterable[int] = NS, reps: int = 4000, seed: int = 2, min_n: int = stats.MIN_PAIRED_ITEMS
+) -> list[Row]:
     rng = np.random.default_rng(seed)
     rows = []
     for p in MEANS:
@@ -138,14 +146,23 @@ def paired_binary(ns: Iterable[int] = NS, reps: int = 4000, seed: int = 2,
                     both, cand_only, ref_only, neither = counts
                     low, high, code = stats.paired_binary_verdicts(both, cand_only, ref_only, neither, min_n=min_n)
                     shown = n >= min_n
-                    rows.append(Row("paired binary", coupling, f"p={p}->{q:.2f}", n,
-                                    _covers(low, high, q - p) if shown else float("nan"),
-                                    None if effect else float(np.mean(np.abs(code) == 1)), effect))
+                    rows.append(
+                        Row(
+                            "paired binary",
+                            coupling,
+                            f"p={p}->{q:.2f}",
+                            n,
+                            _covers(low, high, q - p) if shown else float("nan"),
+                            None if effect else float(np.mean(np.abs(code) == 1)),
+                            effect,
+                        )
+                    )
     return rows
 
 
-def paired_graded(ns: Iterable[int] = NS, reps: int = 2000, seed: int = 3,
-                  min_n: int = stats.MIN_PAIRED_ITEMS) -> list[Row]:
+def paired_graded(
+    ns: Iterable[int] = NS, reps: int = 2000, seed: int = 3, min_n: int = stats.MIN_PAIRED_ITEMS
+) -> list[Row]:
     rng = np.random.default_rng(seed)
     rows = []
     for family in GRADED_FAMILIES:
@@ -159,9 +176,17 @@ def paired_graded(ns: Iterable[int] = NS, reps: int = 2000, seed: int = 3,
                         d = cand - ref
                         low, high, code = stats.graded_verdicts(d.sum(1), (d * d).sum(1), n, min_n=min_n)
                         shown = n >= min_n
-                        rows.append(Row("paired graded", f"{family}, {coupling}", f"mean={mean:.3f} delta={truth:+.3f}",
-                                        n, _covers(low, high, truth) if shown else float("nan"),
-                                        None if effect else float(np.mean(np.abs(code) == 1)), effect))
+                        rows.append(
+                            Row(
+                                "paired graded",
+                                f"{family}, {coupling}",
+                                f"mean={mean:.3f} delta={truth:+.3f}",
+                                n,
+                                _covers(low, high, truth) if shown else float("nan"),
+                                None if effect else float(np.mean(np.abs(code) == 1)),
+                                effect,
+                            )
+                        )
     return rows
 
 
@@ -180,7 +205,7 @@ def _bootstrap_bounds(values: np.ndarray, rng, resamples: int, bca: bool):
     lows, highs = np.empty(reps), np.empty(reps)
     alpha = stats.ALPHA / 2
     for start in range(0, reps, 50):
-        chunk = values[start:start + 50]
+        chunk = values[start : start + 50]
         picks = rng.integers(0, n, size=(chunk.shape[0], resamples, n))
         means = np.take_along_axis(chunk[:, None, :], picks, axis=2).mean(-1)
         levels = np.tile([alpha, 1 - alpha], (chunk.shape[0], 1))
@@ -190,19 +215,22 @@ def _bootstrap_bounds(values: np.ndarray, rng, resamples: int, bca: bool):
                 z0 = scipy_stats.norm.ppf(np.mean(means < observed, axis=1))
                 jack = (chunk.sum(1, keepdims=True) - chunk) / (n - 1)
                 dev = jack.mean(1, keepdims=True) - jack
-                accel = (dev ** 3).sum(1) / (6 * ((dev ** 2).sum(1)) ** 1.5)
+                accel = (dev**3).sum(1) / (6 * ((dev**2).sum(1)) ** 1.5)
                 z = scipy_stats.norm.ppf([alpha, 1 - alpha])[None, :]
-                levels = scipy_stats.norm.cdf(z0[:, None] + (z0[:, None] + z) / (1 - accel[:, None] * (z0[:, None] + z)))
+                levels = scipy_stats.norm.cdf(
+                    z0[:, None] + (z0[:, None] + z) / (1 - accel[:, None] * (z0[:, None] + z))
+                )
             levels = np.where(np.isfinite(levels), levels, np.tile([alpha, 1 - alpha], (chunk.shape[0], 1)))
         ordered = np.sort(means, axis=1)
         index = np.clip((levels * (resamples - 1)).round().astype(int), 0, resamples - 1)
-        lows[start:start + 50] = np.take_along_axis(ordered, index[:, :1], 1)[:, 0]
-        highs[start:start + 50] = np.take_along_axis(ordered, index[:, 1:], 1)[:, 0]
+        lows[start : start + 50] = np.take_along_axis(ordered, index[:, :1], 1)[:, 0]
+        highs[start : start + 50] = np.take_along_axis(ordered, index[:, 1:], 1)[:, 0]
     return lows, highs
 
 
-def graded_methods(ns: Iterable[int] = (3, 5, 10, 30, 100), reps: int = 400, resamples: int = 500,
-                   seed: int = 4) -> list[dict]:
+def graded_methods(
+    ns: Iterable[int] = (3, 5, 10, 30, 100), reps: int = 400, resamples: int = 500, seed: int = 4
+) -> list[dict]:
     """Coverage of the candidate graded intervals side by side (the bounded t was chosen from this):
     plain t, percentile bootstrap, BCa bootstrap and the bounded t, on every graded family."""
     rng = np.random.default_rng(seed)
@@ -212,10 +240,18 @@ def graded_methods(ns: Iterable[int] = (3, 5, 10, 30, 100), reps: int = 400, res
             for n in ns:
                 values, _ = _draw_pair(rng, family, level, level, n, reps, "independent")
                 total, total_sq = values.sum(1), (values * values).sum(1)
-                found = {"bounded t": stats.bounded_t_bounds(total, total_sq, n),
-                         "t": stats.bounded_t_bounds(total, total_sq, n, pseudo=0.0),
-                         "percentile bootstrap": _bootstrap_bounds(values, rng, resamples, bca=False),
-                         "BCa bootstrap": _bootstrap_bounds(values, rng, resamples, bca=True)}
-                rows.append({"family": family, "mean": round(mean, 3), "n": n,
-                             **{name: _covers(low, high, mean) for name, (low, high) in found.items()}})
+                found = {
+                    "bounded t": stats.bounded_t_bounds(total, total_sq, n),
+                    "t": stats.bounded_t_bounds(total, total_sq, n, pseudo=0.0),
+                    "percentile bootstrap": _bootstrap_bounds(values, rng, resamples, bca=False),
+                    "BCa bootstrap": _bootstrap_bounds(values, rng, resamples, bca=True),
+                }
+                rows.append(
+                    {
+                        "family": family,
+                        "mean": round(mean, 3),
+                        "n": n,
+                        **{name: _covers(low, high, mean) for name, (low, high) in found.items()},
+                    }
+                )
     return rows

@@ -62,12 +62,18 @@ class RunData:
 
     def served_mismatches(self) -> list[dict[str, Any]]:
         """Result rows whose server-reported prompt size differs from our count."""
-        return [row for row in self.rows.values()
-                if row["event"] == "result" and row.get("served_prompt_tokens") is not None
-                and row["served_prompt_tokens"] != row.get("prompt_tokens")]
+        return [
+            row
+            for row in self.rows.values()
+            if row["event"] == "result"
+            and row.get("served_prompt_tokens") is not None
+            and row["served_prompt_tokens"] != row.get("prompt_tokens")
+        ]
 
     def served_unreported(self) -> int:
-        return sum(1 for row in self.rows.values() if row["event"] == "result" and row.get("served_prompt_tokens") is None)
+        return sum(
+            1 for row in self.rows.values() if row["event"] == "result" and row.get("served_prompt_tokens") is None
+        )
 
 
 def check_versions(manifest: dict[str, Any], rows: dict[Key, dict[str, Any]], path: Path) -> None:
@@ -93,7 +99,9 @@ def check_versions(manifest: dict[str, Any], rows: dict[Key, dict[str, Any]], pa
     if versions.get("budgetbench") in MISSING_VERSIONS:
         problems.append("the core (budgetbench) has no version")
     if problems:
-        raise ReportError(f"{path}: refusing to write a report, results could not be reproduced: " + "; ".join(problems))
+        raise ReportError(
+            f"{path}: refusing to write a report, results could not be reproduced: " + "; ".join(problems)
+        )
 
 
 def load_run(run_dir: Path, with_prompts: bool = True) -> RunData:

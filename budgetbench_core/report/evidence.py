@@ -54,9 +54,16 @@ def evidence_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
     all_kept, share = item_evidence(rows)
     a = stats.estimate(list(all_kept.values()), binary=True)
     s = stats.estimate(list(share.values()), binary=False)
-    return {"evidence_all": a.mean, "evidence_all_low": a.low, "evidence_all_high": a.high, "evidence_all_n": a.n,
-            "evidence_share": s.mean, "evidence_share_low": s.low, "evidence_share_high": s.high,
-            "evidence_share_n": s.n}
+    return {
+        "evidence_all": a.mean,
+        "evidence_all_low": a.low,
+        "evidence_all_high": a.high,
+        "evidence_all_n": a.n,
+        "evidence_share": s.mean,
+        "evidence_share_low": s.low,
+        "evidence_share_high": s.high,
+        "evidence_share_n": s.n,
+    }
 
 
 def _mean(values: list[float]) -> float:
@@ -74,11 +81,15 @@ def prompts_only_summary(rows: list[dict[str, Any]], budget: int) -> dict[str, A
     for r in errors:
         counts[r.get("phase") or "unknown"] += 1
     return {
-        "n_items": len({str(r["item_id"]) for r in rows}), "rows": len(rows), "admitted": len(admitted),
-        "violations": len(violations), "errors": len(errors),
+        "n_items": len({str(r["item_id"]) for r in rows}),
+        "rows": len(rows),
+        "admitted": len(admitted),
+        "violations": len(violations),
+        "errors": len(errors),
         "error_causes": "; ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
         "violation_rate": len(violations) / gated if gated else math.nan,
-        "used_tokens_mean": _mean(used), "used_tokens_max": float(max(used)) if used else math.nan,
+        "used_tokens_mean": _mean(used),
+        "used_tokens_max": float(max(used)) if used else math.nan,
         "utilisation_mean": _mean(used) / budget if used else math.nan,
         "utilisation_max": max(used) / budget if used else math.nan,
         "strategy_p50_s": stats.percentile([r.get("strategy_s") for r in rows], 50),

@@ -32,9 +32,12 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("budgetbench_core.report", "templates"),
-                      autoescape=select_autoescape(["html", "j2"], default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("budgetbench_core.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"], default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["fmt"] = fmt
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return env
@@ -50,17 +53,25 @@ def _item_entries(data: RunData) -> dict[str, list[dict[str, Any]]]:
     entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for key in sorted(data.rows, key=lambda k: (k[0], order[k[1]], k[2], k[3])):
         audit = data.prompts.get(key) or {}
-        entries[key[4]].append({"key": key, "row": data.rows[key], "messages": audit.get("messages"),
-                                "prompt_hash": audit.get("prompt_hash"),
-                                "strategy_audit": audit.get("strategy_audit"),
-                                "aux_calls": data.aux_calls.get(key, [])})
+        entries[key[4]].append(
+            {
+                "key": key,
+                "row": data.rows[key],
+                "messages": audit.get("messages"),
+                "prompt_hash": audit.get("prompt_hash"),
+                "strategy_audit": audit.get("strategy_audit"),
+                "aux_calls": data.aux_calls.get(key, []),
+            }
+        )
     return dict(sorted(entries.items()))
 
 
 def write_html(out_dir: Path, data: RunData, context: dict[str, Any], plot_paths: dict[str, Path]) -> Path:
     env = _environment()
-    images = {name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-              for name, path in plot_paths.items()}
+    images = {
+        name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+        for name, path in plot_paths.items()
+    }
     items = _item_entries(data)
     (out_dir / "items").mkdir(parents=True, exist_ok=True)
     item_template = env.get_template("item.html.j2")
@@ -71,21 +82,39 @@ def write_html(out_dir: Path, data: RunData, context: dict[str, Any], plot_paths
         query = first["messages"][-1]["content"] if first["messages"] else None
         answer = next((e["row"].get("answer") for e in entries if "answer" in e["row"]), None)
         (out_dir / page).write_text(
-            item_template.render(item_id=item_id, category=first["row"].get("category"), query=query,
-                                 answer=answer, entries=entries, approximate=data.approximate),
-            encoding="utf-8")
-        links.append({"item_id": item_id, "page": page, "category": first["row"].get("category"),
-                      "marks": [(e["key"], e["row"]) for e in entries]})
+            item_template.render(
+                item_id=item_id,
+                category=first["row"].get("category"),
+                query=query,
+                answer=answer,
+                entries=entries,
+                approximate=data.approximate,
+            ),
+            encoding="utf-8",
+        )
+        links.append(
+            {
+                "item_id": item_id,
+                "page": page,
+                "category": first["row"].get("category"),
+                "marks": [(e["key"], e["row"]) for e in entries],
+            }
+        )
     path = out_dir / "index.html"
-    path.write_text(env.get_template("index.html.j2").render(images=images, items=links, **context),
-                    encoding="utf-8")
+    path.write_text(env.get_template("index.html.j2").render(images=images, items=links, **context), encoding="utf-8")
     return path
 
 
 def write_comparison_html(out_dir: Path, context: dict[str, Any], plot_paths: dict[str, Path]) -> Path:
-    images = {name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-              for name, path in plot_paths.items()}
+    images = {
+        name: "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+        for name, path in plot_paths.items()
+    }
     path = out_dir / "index.html"
-    path.write_text(_environment().get_template("compare.html.j2").render(images=images, approximate=any(
-        r["approximate"] for r in context["runs"]), **context), encoding="utf-8")
+    path.write_text(
+        _environment()
+        .get_template("compare.html.j2")
+        .render(images=images, approximate=any(r["approximate"] for r in context["runs"]), **context),
+        encoding="utf-8",
+    )
     return path

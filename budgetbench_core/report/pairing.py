@@ -50,14 +50,17 @@ def find_cell(data: RunData, text: str, option: str) -> Cell:
     return matches[0]
 
 
-def pair_values(candidate_rows: list[dict], reference_rows: list[dict], dropped: frozenset[str] | set[str] = frozenset()) -> Pair:
+def pair_values(
+    candidate_rows: list[dict], reference_rows: list[dict], dropped: frozenset[str] | set[str] = frozenset()
+) -> Pair:
     """Pair two cells' item values over the items both scored (``dropped`` items left out)."""
     cand = {k: v for k, v in item_values(candidate_rows).items() if k not in dropped}
     ref = {k: v for k, v in item_values(reference_rows).items() if k not in dropped}
     seen = {str(r["item_id"]) for r in candidate_rows + reference_rows} - set(dropped)
     shared = sorted(set(cand) & set(ref))
-    return Pair([cand[i] for i in shared], [ref[i] for i in shared], shared,
-                sorted(seen - set(cand)), sorted(seen - set(ref)))
+    return Pair(
+        [cand[i] for i in shared], [ref[i] for i in shared], shared, sorted(seen - set(cand)), sorted(seen - set(ref))
+    )
 
 
 def pair_cells(data: RunData, candidate: Cell, reference: Cell) -> Pair:

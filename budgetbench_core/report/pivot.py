@@ -20,8 +20,11 @@ def _finite(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def best_at_each_budget(summary: list[dict[str, Any]], values: Values, metric: str = "quality_all",
-                        ) -> list[dict[str, Any]]:
+def best_at_each_budget(
+    summary: list[dict[str, Any]],
+    values: Values,
+    metric: str = "quality_all",
+) -> list[dict[str, Any]]:
     """One grid per task: ``cells[strategy][budget]`` (the summary row) and ``best[budget]``.
 
     ``values(cell)`` gives item -> value for the paired comparison with the top cell.
@@ -38,8 +41,12 @@ def best_at_each_budget(summary: list[dict[str, Any]], values: Values, metric: s
             excluded = [r["strategy"] for r in here if r.get("violations")]  # over budget: never best
             here = [r for r in here if not r.get("violations")]
             if not here:
-                best[budget] = {"status": "none", "strategies": [], "excluded": excluded,
-                                "text": "every strategy exceeded the budget" if excluded else "nothing scored"}
+                best[budget] = {
+                    "status": "none",
+                    "strategies": [],
+                    "excluded": excluded,
+                    "text": "every strategy exceeded the budget" if excluded else "nothing scored",
+                }
                 continue
             top = max(here, key=lambda r: r[metric])
             top_values = values((task, top["strategy"], budget))
@@ -60,6 +67,7 @@ def best_at_each_budget(summary: list[dict[str, Any]], values: Values, metric: s
             else:
                 status, text = "tied", f"tie: {', '.join(tied)} (not distinguished)"
             best[budget] = {"status": status, "strategies": tied, "excluded": excluded, "text": text}
-        grids.append({"task": task, "strategies": strategies, "budgets": budgets, "cells": cells, "best": best,
-                      "metric": metric})
+        grids.append(
+            {"task": task, "strategies": strategies, "budgets": budgets, "cells": cells, "best": best, "metric": metric}
+        )
     return grids

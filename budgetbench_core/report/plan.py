@@ -56,8 +56,9 @@ def _z(confidence: float, power: float) -> tuple[float, float]:
     return float(scipy_stats.norm.ppf(1 - (1 - confidence) / 2)), float(scipy_stats.norm.ppf(power))
 
 
-def binary_items_needed(discordance: float, delta: float, margin: float | None = None,
-                        confidence: float = CONFIDENCE, power: float = POWER) -> float:
+def binary_items_needed(
+    discordance: float, delta: float, margin: float | None = None, confidence: float = CONFIDENCE, power: float = POWER
+) -> float:
     """Items for a paired binary comparison (Connor's formula); ``inf`` when it cannot succeed.
 
     ``delta`` is the true difference assumed; with ``margin`` the goal is a lower bound above
@@ -69,16 +70,17 @@ def binary_items_needed(discordance: float, delta: float, margin: float | None =
     if effect <= 0:
         return math.inf
     psi = max(discordance, abs(delta), abs(boundary))
-    null_var = psi - boundary ** 2
-    alt_var = max(psi - delta ** 2, 0.0)
-    n = (z_a * math.sqrt(null_var) + z_b * math.sqrt(alt_var)) ** 2 / effect ** 2
+    null_var = psi - boundary**2
+    alt_var = max(psi - delta**2, 0.0)
+    n = (z_a * math.sqrt(null_var) + z_b * math.sqrt(alt_var)) ** 2 / effect**2
     if margin is None:  # the verdict also needs the exact sign test: Fleiss' continuity correction
         n = n / 4 * (1 + math.sqrt(1 + 2 / (n * effect))) ** 2
     return n
 
 
-def graded_items_needed(sd: float, delta: float, margin: float | None = None,
-                        confidence: float = CONFIDENCE, power: float = POWER) -> float:
+def graded_items_needed(
+    sd: float, delta: float, margin: float | None = None, confidence: float = CONFIDENCE, power: float = POWER
+) -> float:
     """Items for a paired graded comparison with the report's bounded-t interval.
 
     The bounded t adds k = z**2 pseudo-items, half at -1 and half at +1, to the per-item
@@ -116,9 +118,16 @@ def is_binary(values: Sequence[float] | np.ndarray) -> bool:
     return all(v in (0.0, 1.0) for v in values)
 
 
-def plan_pair(candidate: Sequence[float], reference: Sequence[float], binary: bool, delta: float | None = None,
-              margin: float | None = None, assume_delta: float | None = None,
-              confidence: float = CONFIDENCE, power: float = POWER) -> Plan:
+def plan_pair(
+    candidate: Sequence[float],
+    reference: Sequence[float],
+    binary: bool,
+    delta: float | None = None,
+    margin: float | None = None,
+    assume_delta: float | None = None,
+    confidence: float = CONFIDENCE,
+    power: float = POWER,
+) -> Plan:
     """Plan from pilot values of two cells over the same items.
 
     Detect: ``delta`` (default: the pilot's observed delta). Non-inferiority (``margin``):
@@ -134,8 +143,11 @@ def plan_pair(candidate: Sequence[float], reference: Sequence[float], binary: bo
     else:
         spread, kind = (float(np.std(d, ddof=1)) if n_pilot > 1 else math.nan), "sd"
     goal = "detect" if margin is None else "non-inferiority"
-    true_delta = (delta if delta is not None else observed) if margin is None else \
-        (assume_delta if assume_delta is not None else observed)
+    true_delta = (
+        (delta if delta is not None else observed)
+        if margin is None
+        else (assume_delta if assume_delta is not None else observed)
+    )
     effect = abs(true_delta) if margin is None else true_delta + margin
 
     def result(needed: int | None, reason: str = "") -> Plan:
@@ -146,8 +158,11 @@ def plan_pair(candidate: Sequence[float], reference: Sequence[float], binary: bo
     if margin is None and true_delta == 0:
         return result(None, "no delta to detect (the pilot's delta is 0): give --delta")
     if margin is not None and effect <= 0:
-        return result(None, f"the assumed delta {true_delta:+.3f} is not above -margin {-margin:+.3f}: "
-                            "no number of items shows non-inferiority")
+        return result(
+            None,
+            f"the assumed delta {true_delta:+.3f} is not above -margin {-margin:+.3f}: "
+            "no number of items shows non-inferiority",
+        )
     if binary:
         n = binary_items_needed(spread, true_delta, margin, confidence, power)
     else:
@@ -159,9 +174,14 @@ def plan_pair(candidate: Sequence[float], reference: Sequence[float], binary: bo
     return result(max(stats.MIN_PAIRED_ITEMS, math.ceil(n)))
 
 
-def plan_table(data: RunData, delta: float | None = None, margin: float | None = None,
-               assume_delta: float | None = None, confidence: float = CONFIDENCE, power: float = POWER,
-               ) -> list[dict[str, Any]]:
+def plan_table(
+    data: RunData,
+    delta: float | None = None,
+    margin: float | None = None,
+    assume_delta: float | None = None,
+    confidence: float = CONFIDENCE,
+    power: float = POWER,
+) -> list[dict[str, Any]]:
     """One row per pair of strategies at each budget tier (earlier strategy as reference)."""
     cells = data.cells()
     order = data.strategy_order()
@@ -170,7 +190,8 @@ def plan_table(data: RunData, delta: float | None = None, margin: float | None =
         here = [s for s in order if (task, s, budget) in cells]
         for ref, cand in combinations(here, 2):
             pair = pair_cells(data, (task, cand, budget), (task, ref, budget))
-            plan = plan_pair(pair.candidate, pair.reference, data.binary, delta, margin, assume_delta,
-                             confidence, power)
+            plan = plan_pair(
+                pair.candidate, pair.reference, data.binary, delta, margin, assume_delta, confidence, power
+            )
             table.append({"task": task, "budget": budget, "candidate": cand, "reference": ref, **asdict(plan)})
     return table

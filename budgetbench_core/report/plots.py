@@ -17,8 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-PLOTS = {"quality": "quality_vs_budget.png", "violations": "violations_vs_budget.png",
-         "pareto": "quality_vs_latency.png", "categories": "quality_by_category.png"}
+PLOTS = {
+    "quality": "quality_vs_budget.png",
+    "violations": "violations_vs_budget.png",
+    "pareto": "quality_vs_latency.png",
+    "categories": "quality_by_category.png",
+}
 
 
 def _by_strategy(summary: list[dict[str, Any]], task: str) -> dict[str, list[dict[str, Any]]]:
@@ -51,16 +55,16 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     """Indices of (latency, quality) points that no other point beats on both (lower, higher)."""
     front = []
     for i, (lat, q) in enumerate(points):
-        dominated = any(
-            (l2 <= lat and q2 >= q) and (l2 < lat or q2 > q) for j, (l2, q2) in enumerate(points) if j != i
-        )
+        dominated = any((l2 <= lat and q2 >= q) and (l2 < lat or q2 > q) for j, (l2, q2) in enumerate(points) if j != i)
         if not dominated:
             front.append(i)
     return front
 
 
-METRIC_LABELS = {"quality_all": "quality, all items (violations = 0)",
-                 "evidence_all": "evidence recall (all evidence kept; violations = none)"}
+METRIC_LABELS = {
+    "quality_all": "quality, all items (violations = 0)",
+    "evidence_all": "evidence recall (all evidence kept; violations = none)",
+}
 
 
 def _finite(value: Any) -> bool:
@@ -97,8 +101,11 @@ def quality_vs_budget(summary, tasks, title_note, path: Path, metric: str = "qua
         _budget_axis(axis, sorted({r["budget"] for r in summary if r["task"] == task}))
         axis.set_ylim(-0.02, 1.02)
         axis.set_ylabel(METRIC_LABELS.get(metric, metric))
-        axis.set_title(f"{task}: {METRIC_LABELS.get(metric, metric).split(',')[0].split(' (')[0]} vs budget, "
-                       f"95% bands{title_note}", fontsize=10)
+        axis.set_title(
+            f"{task}: {METRIC_LABELS.get(metric, metric).split(',')[0].split(' (')[0]} vs budget, "
+            f"95% bands{title_note}",
+            fontsize=10,
+        )
         _empty_note(axis, drawn)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -117,10 +124,11 @@ def by_category(categories, title_note, path: Path, metric: str = "quality_all")
         drawn = _curves(axis, _by_strategy(rows, task), metric)
         _budget_axis(axis, sorted({r["budget"] for r in rows}))
         axis.set_ylim(-0.02, 1.02)
-        axis.set_title(f"{task}: {category} (n = {max((r['n_items'] for r in rows), default=0)}){title_note}",
-                       fontsize=9)
+        axis.set_title(
+            f"{task}: {category} (n = {max((r['n_items'] for r in rows), default=0)}){title_note}", fontsize=9
+        )
         _empty_note(axis, drawn)
-    for axis in flat[len(panels):]:
+    for axis in flat[len(panels) :]:
         axis.set_visible(False)
     flat[0].set_ylabel(METRIC_LABELS.get(metric, metric))
     figure.tight_layout()
@@ -148,19 +156,33 @@ def violations_vs_budget(summary, tasks, title_note, path: Path) -> None:
 def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
     figure, axes = _figure(tasks)
     for axis, task in zip(axes, tasks):
-        cells = [r for r in summary if r["task"] == task
-                 and not math.isnan(r["latency_p50_s"]) and not math.isnan(r["quality_all"])]
+        cells = [
+            r
+            for r in summary
+            if r["task"] == task and not math.isnan(r["latency_p50_s"]) and not math.isnan(r["quality_all"])
+        ]
         points = [(r["latency_p50_s"], r["quality_all"]) for r in cells]
         front = pareto_front(points)
         for strategy, rows in _by_strategy(cells, task).items():
             axis.scatter([r["latency_p50_s"] for r in rows], [r["quality_all"] for r in rows], label=strategy)
             for r in rows:
-                axis.annotate(str(r["budget"]), (r["latency_p50_s"], r["quality_all"]), fontsize=7,
-                              xytext=(3, 3), textcoords="offset points")
+                axis.annotate(
+                    str(r["budget"]),
+                    (r["latency_p50_s"], r["quality_all"]),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
         if front:
             ordered = sorted(points[i] for i in front)
-            axis.plot([p[0] for p in ordered], [p[1] for p in ordered], color="black", linestyle="--",
-                      linewidth=1, label="Pareto front")
+            axis.plot(
+                [p[0] for p in ordered],
+                [p[1] for p in ordered],
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label="Pareto front",
+            )
         axis.set_xlabel("median model latency (s)")
         axis.set_ylabel("quality, all items (violations = 0)")
         axis.set_ylim(-0.02, 1.02)
@@ -175,8 +197,13 @@ def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
     plt.close(figure)
 
 
-def write_plots(summary: list[dict[str, Any]], out_dir: Path, approximate: bool,
-                categories: list[dict[str, Any]] | None = None, metric: str = "quality_all") -> dict[str, Path]:
+def write_plots(
+    summary: list[dict[str, Any]],
+    out_dir: Path,
+    approximate: bool,
+    categories: list[dict[str, Any]] | None = None,
+    metric: str = "quality_all",
+) -> dict[str, Path]:
     """Every plot into ``out_dir``; ``metric`` is evidence_all for a prompts-only run (no latency plot)."""
     tasks = sorted({r["task"] for r in summary})
     note = " (approximate counts)" if approximate else ""

@@ -88,6 +88,7 @@ class PairedDelta:
 
 # --- vectorised interval functions (also what the coverage simulation runs) ---------------
 
+
 def wilson_bounds(successes, n, confidence: float = CONFIDENCE):
     """Plain Wilson score bounds for arrays of successes out of n (n > 0)."""
     x, n = np.asarray(successes, dtype=float), np.asarray(n, dtype=float)
@@ -114,8 +115,9 @@ def modified_wilson_bounds(successes, n, confidence: float = CONFIDENCE):
     return low, high
 
 
-def bounded_t_bounds(total, total_sq, n, lo: float = 0.0, hi: float = 1.0, confidence: float = CONFIDENCE,
-                     pseudo: float = PSEUDO):
+def bounded_t_bounds(
+    total, total_sq, n, lo: float = 0.0, hi: float = 1.0, confidence: float = CONFIDENCE, pseudo: float = PSEUDO
+):
     """t-interval of a mean of values in [lo, hi] from their sum, sum of squares and count,
     with ``pseudo`` pseudo-items added, half at lo and half at hi; nan for n < 2."""
     s, q, n = (np.asarray(v, dtype=float) for v in (total, total_sq, n))
@@ -177,6 +179,7 @@ def graded_verdicts(total, total_sq, n, min_n: int = MIN_PAIRED_ITEMS):
 
 # --- the report's scalar API ------------------------------------------------------------
 
+
 def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Wilson score interval (not Wald, defect 9) with the boundary fix, for successes of n."""
     low, high = modified_wilson_bounds(int(successes), int(n), confidence)
@@ -223,8 +226,9 @@ def _smallest_n(distinguished, start: int, limit: int = 1_000_000) -> int | None
     return high
 
 
-def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary: bool | None = None,
-                 min_n: int = MIN_PAIRED_ITEMS) -> PairedDelta:
+def paired_delta(
+    candidate: Sequence[float], reference: Sequence[float], binary: bool | None = None, min_n: int = MIN_PAIRED_ITEMS
+) -> PairedDelta:
     """Candidate minus reference over the same items (same order), with interval and verdict.
 
     ``binary`` None: the paired binary method when every value on both sides is 0 or 1 (an item
@@ -243,8 +247,15 @@ def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary:
     mean = float(differences.mean())
     p_value = None
     if use_binary:
-        counts = np.array([np.sum((a == 1) & (b == 1)), np.sum((a == 1) & (b == 0)),
-                           np.sum((a == 0) & (b == 1)), np.sum((a == 0) & (b == 0))], dtype=float)
+        counts = np.array(
+            [
+                np.sum((a == 1) & (b == 1)),
+                np.sum((a == 1) & (b == 0)),
+                np.sum((a == 0) & (b == 1)),
+                np.sum((a == 0) & (b == 0)),
+            ],
+            dtype=float,
+        )
         method = "newcombe+sign"
         both, cand_only, ref_only, neither = counts
         low, high, code = (float(v) for v in paired_binary_verdicts(both, cand_only, ref_only, neither, min_n=min_n))
@@ -260,6 +271,7 @@ def paired_delta(candidate: Sequence[float], reference: Sequence[float], binary:
 
         def distinguished(size: int) -> bool:
             return bool(graded_verdicts(total * size / n, total_sq * size / n, size, min_n=min_n)[2] in (1, -1))
+
     verdict = _CODES[int(code)]
     if verdict in (HIGHER, LOWER):
         needed = None

@@ -20,9 +20,11 @@ import numpy as np
 from . import stats
 from .data import RunData
 
-ERROR_POLICY = ("Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
-                "with their causes and listed. 'quality (all)' averages every scored item with violations "
-                "counted as 0; 'quality (admitted)' averages items that had a result row (prompt within budget).")
+ERROR_POLICY = (
+    "Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
+    "with their causes and listed. 'quality (all)' averages every scored item with violations "
+    "counted as 0; 'quality (admitted)' averages items that had a result row (prompt within budget)."
+)
 
 
 def _scored(row: dict[str, Any]) -> float | None:
@@ -54,14 +56,13 @@ def _max(values: list[float]) -> float:
 
 
 def error_causes(rows: Iterable[dict[str, Any]]) -> str:
-    """"phase: count" per error phase, most frequent first."""
+    """ "phase: count" per error phase, most frequent first."""
     counts = Counter(row.get("phase") or "unknown" for row in rows if row["event"] == "error")
     return "; ".join(f"{phase}: {n}" for phase, n in counts.most_common())
 
 
 def _quality_columns(prefix: str, value: stats.Estimate) -> dict[str, Any]:
-    return {f"{prefix}": value.mean, f"{prefix}_low": value.low, f"{prefix}_high": value.high,
-            f"{prefix}_n": value.n}
+    return {f"{prefix}": value.mean, f"{prefix}_low": value.low, f"{prefix}_high": value.high, f"{prefix}_n": value.n}
 
 
 def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[str, Any]:
@@ -145,8 +146,16 @@ def summary_table(data: RunData) -> list[dict[str, Any]]:
     table = []
     for (task, strategy, budget), rows in data.cells().items():
         regime = (data.manifest.get("strategies", {}).get(strategy) or {}).get("regime")
-        table.append({"task": task, "strategy": strategy, "regime": regime, "budget": budget,
-                      **cell_summary(rows, data.binary, budget), "approximate_counts": approximate})
+        table.append(
+            {
+                "task": task,
+                "strategy": strategy,
+                "regime": regime,
+                "budget": budget,
+                **cell_summary(rows, data.binary, budget),
+                "approximate_counts": approximate,
+            }
+        )
     return table
 
 
@@ -159,11 +168,32 @@ def category_table(data: RunData) -> list[dict[str, Any]]:
             by_category[row.get("category") or "(none)"].append(row)
         for category, category_rows in sorted(by_category.items()):
             summary = cell_summary(category_rows, data.binary, budget)
-            keep = ("n_items", "results", "violations", "errors", "violation_rate", "quality_all", "quality_all_low",
-                    "quality_all_high", "quality_all_n", "quality_admitted", "quality_admitted_low",
-                    "quality_admitted_high", "quality_admitted_n", "interval")
-            table.append({"task": task, "category": category, "strategy": strategy, "budget": budget,
-                          **{k: summary[k] for k in keep}, "approximate_counts": approximate})
+            keep = (
+                "n_items",
+                "results",
+                "violations",
+                "errors",
+                "violation_rate",
+                "quality_all",
+                "quality_all_low",
+                "quality_all_high",
+                "quality_all_n",
+                "quality_admitted",
+                "quality_admitted_low",
+                "quality_admitted_high",
+                "quality_admitted_n",
+                "interval",
+            )
+            table.append(
+                {
+                    "task": task,
+                    "category": category,
+                    "strategy": strategy,
+                    "budget": budget,
+                    **{k: summary[k] for k in keep},
+                    "approximate_counts": approximate,
+                }
+            )
     return sorted(table, key=lambda r: (r["task"], r["category"]))
 
 
@@ -214,28 +244,49 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         shared = sorted(set(cand_values) & set(ref_values))
         missing_cand = sorted(seen - dropped - set(cand_values))
         missing_ref = sorted(seen - dropped - set(ref_values))
-        delta = stats.paired_delta([cand_values[i] for i in shared], [ref_values[i] for i in shared],
-                                   binary=data.binary)
-        table.append({
-            "task": cand[0], "strategy": cand[1], "budget": cand[2],
-            "reference": f"{ref[1]}@{ref[2]}", "paired_items": delta.n,
-            "candidate_quality": float(np.mean([cand_values[i] for i in shared])) if shared else math.nan,
-            "reference_quality": float(np.mean([ref_values[i] for i in shared])) if shared else math.nan,
-            "delta": delta.mean, "delta_low": delta.low, "delta_high": delta.high,
-            "interval": delta.method, "result": delta.verdict, "needed_items": delta.needed_n,
-            "sign_test_p": delta.p_value,
-            "missing_in_candidate": len(missing_cand), "missing_in_reference": len(missing_ref),
-            "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
-            "dropped_ingest_loss": len(dropped & seen),
-            "approximate_counts": data.approximate,
-        })
+        delta = stats.paired_delta(
+            [cand_values[i] for i in shared], [ref_values[i] for i in shared], binary=data.binary
+        )
+        table.append(
+            {
+                "task": cand[0],
+                "strategy": cand[1],
+                "budget": cand[2],
+                "reference": f"{ref[1]}@{ref[2]}",
+                "paired_items": delta.n,
+                "candidate_quality": float(np.mean([cand_values[i] for i in shared])) if shared else math.nan,
+                "reference_quality": float(np.mean([ref_values[i] for i in shared])) if shared else math.nan,
+                "delta": delta.mean,
+                "delta_low": delta.low,
+                "delta_high": delta.high,
+                "interval": delta.method,
+                "result": delta.verdict,
+                "needed_items": delta.needed_n,
+                "sign_test_p": delta.p_value,
+                "missing_in_candidate": len(missing_cand),
+                "missing_in_reference": len(missing_ref),
+                "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
+                "dropped_ingest_loss": len(dropped & seen),
+                "approximate_counts": data.approximate,
+            }
+        )
     return table
 
 
 def error_table(data: RunData) -> list[dict[str, Any]]:
-    return [{"task": k[0], "strategy": k[1], "budget": k[2], "repeat": k[3], "item_id": k[4],
-             "phase": row.get("phase"), "cause": row.get("cause")}
-            for k, row in sorted(data.rows.items()) if row["event"] == "error"]
+    return [
+        {
+            "task": k[0],
+            "strategy": k[1],
+            "budget": k[2],
+            "repeat": k[3],
+            "item_id": k[4],
+            "phase": row.get("phase"),
+            "cause": row.get("cause"),
+        }
+        for k, row in sorted(data.rows.items())
+        if row["event"] == "error"
+    ]
 
 
 def crossovers(grids: list[dict[str, Any]]) -> list[str]:
@@ -252,17 +303,23 @@ def crossovers(grids: list[dict[str, Any]]) -> list[str]:
         for b1, b2 in itertools.pairwise(budgets):
             first, second = best[b1], best[b2]
             if first["status"] == second["status"] == "best" and first["strategies"] != second["strategies"]:
-                notes.append(f"{task}: crossover, the best strategy changes from {first['strategies'][0]} at budget "
-                             f"{b1} to {second['strategies'][0]} at budget {b2} (each distinguished from every other "
-                             "strategy by paired deltas).")
-        for status, words in (("tied", "tie (not distinguished, no best strategy)"),
-                              ("too few items", "too few items to rank")):
+                notes.append(
+                    f"{task}: crossover, the best strategy changes from {first['strategies'][0]} at budget "
+                    f"{b1} to {second['strategies'][0]} at budget {b2} (each distinguished from every other "
+                    "strategy by paired deltas)."
+                )
+        for status, words in (
+            ("tied", "tie (not distinguished, no best strategy)"),
+            ("too few items", "too few items to rank"),
+        ):
             where = [f"{b} ({', '.join(best[b]['strategies'])})" for b in budgets if best[b]["status"] == status]
             if where:
                 notes.append(f"{task}: {words} at budget {'; '.join(where)}.")
         excluded = [f"{b} ({', '.join(best[b]['excluded'])})" for b in budgets if best[b].get("excluded")]
         if excluded:
-            notes.append(f"{task}: never called best because they exceeded the budget: at budget {'; '.join(excluded)}.")
+            notes.append(
+                f"{task}: never called best because they exceeded the budget: at budget {'; '.join(excluded)}."
+            )
     if not any("crossover" in note for note in notes):
         notes.insert(0, "No crossover: no two budgets have different strategies each distinguished best.")
     return notes
@@ -276,9 +333,11 @@ def non_monotone(summary: list[dict[str, Any]]) -> list[str]:
         for (b1, r1), (b2, r2) in itertools.pairwise(curve):
             if r2["quality_all"] < r1["quality_all"]:
                 overlap = r2["quality_all_high"] >= r1["quality_all_low"]
-                notes.append(f"{task}: {strategy} drops from {r1['quality_all']:.3f} at budget {b1} to "
-                             f"{r2['quality_all']:.3f} at budget {b2}"
-                             + (" (intervals overlap: not distinguished)." if overlap else " (intervals do not overlap)."))
+                notes.append(
+                    f"{task}: {strategy} drops from {r1['quality_all']:.3f} at budget {b1} to "
+                    f"{r2['quality_all']:.3f} at budget {b2}"
+                    + (" (intervals overlap: not distinguished)." if overlap else " (intervals do not overlap).")
+                )
     return notes
 
 
@@ -299,14 +358,23 @@ def completeness(data: RunData, summary: list[dict[str, Any]]) -> list[str]:
         partial = recorded is not None and (selected.get(task) or {}).get("complete") is False
         missing = sorted(expected - seen)
         if missing:
-            notes.append(f"{task}: {len(missing)} of the {len(expected)} selected items have no row at all "
-                         f"(missing): {', '.join(missing)}.")
+            notes.append(
+                f"{task}: {len(missing)} of the {len(expected)} selected items have no row at all "
+                f"(missing): {', '.join(missing)}."
+            )
         if partial:
-            notes.append(f"{task}: the run stopped while its items were still being read: {len(expected)} were "
-                         "selected so far, more may follow when it resumes.")
-        short = [f"{r['strategy']}@{r['budget']} ({r['n_items']})" for r in summary
-                 if r["task"] == task and r["n_items"] < len(expected)]
+            notes.append(
+                f"{task}: the run stopped while its items were still being read: {len(expected)} were "
+                "selected so far, more may follow when it resumes."
+            )
+        short = [
+            f"{r['strategy']}@{r['budget']} ({r['n_items']})"
+            for r in summary
+            if r["task"] == task and r["n_items"] < len(expected)
+        ]
         if short:
-            notes.append(f"{task}: incomplete run, these cells have rows for fewer than the {len(expected)} items "
-                         f"{source} (run the same command again to finish): {', '.join(short)}.")
+            notes.append(
+                f"{task}: incomplete run, these cells have rows for fewer than the {len(expected)} items "
+                f"{source} (run the same command again to finish): {', '.join(short)}."
+            )
     return notes

@@ -42,41 +42,58 @@ def _without_nan(value: Any) -> Any:
 def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list[str]:
     findings = []
     if data.approximate:
-        findings.append("Token counts are APPROXIMATE: at least one row was counted with an approximate tokenizer; "
-                        "every table is labelled so.")
+        findings.append(
+            "Token counts are APPROXIMATE: at least one row was counted with an approximate tokenizer; "
+            "every table is labelled so."
+        )
     findings += tables.crossovers(pivot)
     findings += tables.non_monotone(summary) or ["Every strategy's quality is non-decreasing in the budget."]
     distinguished = [r for r in paired if r["result"] in ("higher", "lower")]
     for row in distinguished:
-        findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} is {row['result']} than {row['reference']} "
-                        f"by {row['delta']:+.3f} [{row['delta_low']:+.3f}, {row['delta_high']:+.3f}] over "
-                        f"{row['paired_items']} paired items.")
+        findings.append(
+            f"{row['task']}: {row['strategy']}@{row['budget']} is {row['result']} than {row['reference']} "
+            f"by {row['delta']:+.3f} [{row['delta_low']:+.3f}, {row['delta_high']:+.3f}] over "
+            f"{row['paired_items']} paired items."
+        )
     if paired and not distinguished:
         findings.append("No paired difference is distinguished from zero at 95%: the report makes no ranking claim.")
     few = [r for r in paired if r["result"] == "too few items"]
     if few:
-        findings.append(f"{len(few)} paired comparisons have too few items for a verdict (fewer than "
-                        f"{tables.stats.MIN_PAIRED_ITEMS}); the most needed: {max(r['needed_items'] for r in few)} items.")
+        findings.append(
+            f"{len(few)} paired comparisons have too few items for a verdict (fewer than "
+            f"{tables.stats.MIN_PAIRED_ITEMS}); the most needed: {max(r['needed_items'] for r in few)} items."
+        )
     for row in summary:
         if row["violations"]:
-            findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
-                            f"{row['violations']} of {row['results'] + row['violations']} rows "
-                            f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])}).")
+            findings.append(
+                f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
+                f"{row['violations']} of {row['results'] + row['violations']} rows "
+                f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])})."
+            )
     findings += tables.completeness(data, summary)
     if errors:
-        findings.append(f"{len(errors)} error rows (not scored; listed under Errors): "
-                        + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
+        findings.append(
+            f"{len(errors)} error rows (not scored; listed under Errors): "
+            + tables.error_causes(r | {"event": "error"} for r in errors)
+            + "."
+        )
     for task, lost in sorted(data.ingest_losses().items()):
-        findings.append(f"{task}: {len(lost)} items lost memory sessions at ingest and are dropped from every paired "
-                        f"comparison: {', '.join(sorted(lost))}.")
+        findings.append(
+            f"{task}: {len(lost)} items lost memory sessions at ingest and are dropped from every paired "
+            f"comparison: {', '.join(sorted(lost))}."
+        )
     if mismatches:
-        findings.append(f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
-                        f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens).")
+        findings.append(
+            f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
+            f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens)."
+        )
     else:
         findings.append("Served-count audit: every server-reported prompt size matched our count.")
     if data.served_unreported():
-        findings.append(f"Served-count audit: not reported by the server on {data.served_unreported()} result rows "
-                        f"(counted apart from mismatches).")
+        findings.append(
+            f"Served-count audit: not reported by the server on {data.served_unreported()} result rows "
+            f"(counted apart from mismatches)."
+        )
     return findings
 
 
@@ -91,33 +108,39 @@ def run_header(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": f"{served} ({model.get('backend', '?')}{', ' + str(where) if where else ''})",
         "tokenizer": f"{tokenizer.get('id', '?')} ({tokenizer.get('backend', '?')}, "
-                     f"{'exact' if tokenizer.get('exact') else 'APPROXIMATE'})",
+        f"{'exact' if tokenizer.get('exact') else 'APPROXIMATE'})",
         "grader": f"{grader.get('name', '?')} v{grader.get('version', '?')} "
-                  f"({'binary' if grader.get('binary') else 'graded'}"
-                  f"{', judge ' + str(grader['judge_model']) if grader.get('judge_model') else ''})",
+        f"({'binary' if grader.get('binary') else 'graded'}"
+        f"{', judge ' + str(grader['judge_model']) if grader.get('judge_model') else ''})",
         "task": f"{(manifest.get('task') or {}).get('name') or config.get('task')} "
-                f"{json.dumps(config.get('task_options') or {}, sort_keys=True)}",
+        f"{json.dumps(config.get('task_options') or {}, sort_keys=True)}",
     }
 
 
 def _with_category_evidence(data: RunData, categories: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cells = data.cells()
     for row in categories:
-        rows = [r for r in cells[(row["task"], row["strategy"], row["budget"])]
-                if (r.get("category") or "(none)") == row["category"]]
+        rows = [
+            r
+            for r in cells[(row["task"], row["strategy"], row["budget"])]
+            if (r.get("category") or "(none)") == row["category"]
+        ]
         row.update(evidence_columns(rows))
     return categories
 
 
-PROMPTS_ONLY_POLICY = ("Errors (failed strategy or counting calls) are never scored: they are counted per cell with "
-                       "their causes and listed. Evidence recall counts a violation as nothing kept (no prompt "
-                       "reaches the model) and leaves out items the task marks no evidence for.")
+PROMPTS_ONLY_POLICY = (
+    "Errors (failed strategy or counting calls) are never scored: they are counted per cell with "
+    "their causes and listed. Evidence recall counts a violation as nothing kept (no prompt "
+    "reaches the model) and leaves out items the task marks no evidence for."
+)
 
 
 def is_prompts_only(data: RunData) -> bool:
     """A prompts-only run (``budgetbench run --prompts-only``): no model call, no quality."""
     return bool(data.manifest.get("config", {}).get("prompts_only")) or any(
-        r["event"] == "admitted" for r in data.rows.values())
+        r["event"] == "admitted" for r in data.rows.values()
+    )
 
 
 def _prompts_only_tables(data: RunData) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -125,30 +148,53 @@ def _prompts_only_tables(data: RunData) -> tuple[list[dict[str, Any]], list[dict
     summary, categories = [], []
     for (task, strategy, budget), rows in data.cells().items():
         regime = (data.manifest.get("strategies", {}).get(strategy) or {}).get("regime")
-        summary.append({"task": task, "strategy": strategy, "regime": regime, "budget": budget,
-                        **prompts_only_summary(rows, budget), "approximate_counts": data.approximate})
+        summary.append(
+            {
+                "task": task,
+                "strategy": strategy,
+                "regime": regime,
+                "budget": budget,
+                **prompts_only_summary(rows, budget),
+                "approximate_counts": data.approximate,
+            }
+        )
         by_category: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_category.setdefault(row.get("category") or "(none)", []).append(row)
         for category, category_rows in sorted(by_category.items()):
-            categories.append({"task": task, "category": category, "strategy": strategy, "budget": budget,
-                               **prompts_only_summary(category_rows, budget), "approximate_counts": data.approximate})
+            categories.append(
+                {
+                    "task": task,
+                    "category": category,
+                    "strategy": strategy,
+                    "budget": budget,
+                    **prompts_only_summary(category_rows, budget),
+                    "approximate_counts": data.approximate,
+                }
+            )
     return summary, sorted(categories, key=lambda r: (r["task"], r["category"]))
 
 
 def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors) -> list[str]:
-    findings = ["Prompts-only run: strategies, the budget gate, the audit and evidence recall ran for every cell; "
-                "no model was called, so there is no quality, latency or served-count figure."]
+    findings = [
+        "Prompts-only run: strategies, the budget gate, the audit and evidence recall ran for every cell; "
+        "no model was called, so there is no quality, latency or served-count figure."
+    ]
     findings += tables.crossovers(pivot)
     for row in summary:
         if row["violations"]:
-            findings.append(f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
-                            f"{row['violations']} of {row['admitted'] + row['violations']} prompts.")
+            findings.append(
+                f"{row['task']}: {row['strategy']}@{row['budget']} exceeded the budget on "
+                f"{row['violations']} of {row['admitted'] + row['violations']} prompts."
+            )
     if not any(r["evidence_all_n"] for r in summary):
         findings.append("The task marks no evidence: no evidence recall is reported.")
     if errors:
-        findings.append(f"{len(errors)} error rows (listed under Errors): "
-                        + tables.error_causes(r | {"event": "error"} for r in errors) + ".")
+        findings.append(
+            f"{len(errors)} error rows (listed under Errors): "
+            + tables.error_causes(r | {"event": "error"} for r in errors)
+            + "."
+        )
     return findings
 
 
@@ -159,18 +205,34 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     evidence = has_evidence(data.rows.values())
     if prompts_only:
         summary, categories = _prompts_only_tables(data)
-        pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0],
-                                    "evidence_all") if evidence else []  # no quality, no marks: nothing to rank
+        pivot = (
+            best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+            if evidence
+            else []
+        )  # no quality, no marks: nothing to rank
         evidence_pivot: list[dict] = []
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
         return {
             "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
-            "run_dir": str(data.run_dir), "written": datetime.now(UTC).isoformat(timespec="seconds"),
-            "manifest": data.manifest, "header": run_header(data.manifest), "prompts_only": True,
-            "evidence": evidence, "pivot": pivot, "evidence_pivot": evidence_pivot,
-            "approximate": data.approximate, "error_policy": PROMPTS_ONLY_POLICY, "reference": reference,
-            "summary": summary, "paired": [], "categories": categories, "errors": errors, "ingest_lost": [],
-            "served_mismatches": [], "served_checked": 0, "served_unreported": 0,
+            "run_dir": str(data.run_dir),
+            "written": datetime.now(UTC).isoformat(timespec="seconds"),
+            "manifest": data.manifest,
+            "header": run_header(data.manifest),
+            "prompts_only": True,
+            "evidence": evidence,
+            "pivot": pivot,
+            "evidence_pivot": evidence_pivot,
+            "approximate": data.approximate,
+            "error_policy": PROMPTS_ONLY_POLICY,
+            "reference": reference,
+            "summary": summary,
+            "paired": [],
+            "categories": categories,
+            "errors": errors,
+            "ingest_lost": [],
+            "served_mismatches": [],
+            "served_checked": 0,
+            "served_unreported": 0,
             "findings": _prompts_only_findings(summary, pivot, errors),
         }
     summary = tables.summary_table(data)
@@ -178,18 +240,35 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         for row in summary:
             row.update(evidence_columns(cells[(row["task"], row["strategy"], row["budget"])]))
     pivot = best_at_each_budget(summary, lambda cell: tables.item_values(cells.get(cell, [])))
-    evidence_pivot = best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0],
-                                         "evidence_all") if evidence else []
+    evidence_pivot = (
+        best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+        if evidence
+        else []
+    )
     paired = tables.paired_table(data, reference)
     errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
-    mismatches = [{"task": r["task"], "strategy": r["strategy"], "budget": r["budget"], "repeat": r["repeat"],
-                   "item_id": r["item_id"], "page": item_page_name(str(r["item_id"])),
-                   "prompt_tokens": r["prompt_tokens"], "served_prompt_tokens": r["served_prompt_tokens"],
-                   "difference": r["served_prompt_tokens"] - r["prompt_tokens"]}
-                  for r in sorted(data.served_mismatches(), key=lambda r: (r["strategy"], r["budget"], r["item_id"]))]
-    ingest_lost = [{"task": task, "item_id": item, "strategy": row["strategy"], "cause": row.get("cause")}
-                   for task, lost in sorted(data.ingest_losses().items()) for item, row in sorted(lost.items())]
-    served_checked = sum(1 for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None)
+    mismatches = [
+        {
+            "task": r["task"],
+            "strategy": r["strategy"],
+            "budget": r["budget"],
+            "repeat": r["repeat"],
+            "item_id": r["item_id"],
+            "page": item_page_name(str(r["item_id"])),
+            "prompt_tokens": r["prompt_tokens"],
+            "served_prompt_tokens": r["served_prompt_tokens"],
+            "difference": r["served_prompt_tokens"] - r["prompt_tokens"],
+        }
+        for r in sorted(data.served_mismatches(), key=lambda r: (r["strategy"], r["budget"], r["item_id"]))
+    ]
+    ingest_lost = [
+        {"task": task, "item_id": item, "strategy": row["strategy"], "cause": row.get("cause")}
+        for task, lost in sorted(data.ingest_losses().items())
+        for item, row in sorted(lost.items())
+    ]
+    served_checked = sum(
+        1 for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None
+    )
     return {
         "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
         "run_dir": str(data.run_dir),
@@ -205,7 +284,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "reference": reference,
         "summary": summary,
         "paired": paired,
-        "categories": _with_category_evidence(data, tables.category_table(data)) if evidence
+        "categories": _with_category_evidence(data, tables.category_table(data))
+        if evidence
         else tables.category_table(data),
         "errors": errors,
         "ingest_lost": ingest_lost,
@@ -220,7 +300,9 @@ def _pivot_cell(row: dict[str, Any] | None, metric: str) -> str:
     if row is None:
         return "–"
     value = f"{fmt(row.get(metric))} [{fmt(row.get(metric + '_low'))}, {fmt(row.get(metric + '_high'))}]"
-    return f"{value}, viol. {fmt(row.get('violation_rate'), 2)}" + (f", {row['errors']} err." if row.get("errors") else "")
+    return f"{value}, viol. {fmt(row.get('violation_rate'), 2)}" + (
+        f", {row['errors']} err." if row.get("errors") else ""
+    )
 
 
 def _markdown(context: dict[str, Any]) -> str:
@@ -237,9 +319,12 @@ def _markdown(context: dict[str, Any]) -> str:
         lines += ["**Prompts-only run**: no model was called; evidence recall, compliance and budget use only.", ""]
     for grid in context["pivot"] + context["evidence_pivot"]:
         what = "quality" if grid["metric"] == "quality_all" else "evidence recall (all evidence kept)"
-        lines += [f"## Best at each budget, {what}: {grid['task']}{note}", "",
-                  "| strategy | " + " | ".join(str(b) for b in grid["budgets"]) + " |",
-                  "|---|" + "---|" * len(grid["budgets"])]
+        lines += [
+            f"## Best at each budget, {what}: {grid['task']}{note}",
+            "",
+            "| strategy | " + " | ".join(str(b) for b in grid["budgets"]) + " |",
+            "|---|" + "---|" * len(grid["budgets"]),
+        ]
         for strategy in grid["strategies"]:
             cells = [grid["cells"][strategy].get(b) for b in grid["budgets"]]
             lines.append(f"| {strategy} | " + " | ".join(_pivot_cell(c, grid["metric"]) for c in cells) + " |")
@@ -248,38 +333,134 @@ def _markdown(context: dict[str, Any]) -> str:
     if context["approximate"]:
         lines += ["**Approximate token counts**: every table below is approximate.", ""]
     lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
-    evidence = ["evidence_all", "evidence_all_low", "evidence_all_high", "evidence_all_n", "evidence_share",
-                "evidence_share_low", "evidence_share_high"] if context["evidence"] else []
+    evidence = (
+        [
+            "evidence_all",
+            "evidence_all_low",
+            "evidence_all_high",
+            "evidence_all_n",
+            "evidence_share",
+            "evidence_share_low",
+            "evidence_share_high",
+        ]
+        if context["evidence"]
+        else []
+    )
     if context["prompts_only"]:
-        lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
-            "task", "strategy", "budget", "n_items", "admitted", "violations", "errors", "violation_rate", *evidence,
-            "utilisation_mean", "utilisation_max", "strategy_p50_s"])
-        lines += [f"## Per category{note}", ""] + table(context["categories"], [
-            "task", "category", "strategy", "budget", "n_items", "violations", *evidence[:4]])
+        lines += [f"## Summary per cell{note}", ""] + table(
+            context["summary"],
+            [
+                "task",
+                "strategy",
+                "budget",
+                "n_items",
+                "admitted",
+                "violations",
+                "errors",
+                "violation_rate",
+                *evidence,
+                "utilisation_mean",
+                "utilisation_max",
+                "strategy_p50_s",
+            ],
+        )
+        lines += [f"## Per category{note}", ""] + table(
+            context["categories"], ["task", "category", "strategy", "budget", "n_items", "violations", *evidence[:4]]
+        )
         if context["errors"]:
-            lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase",
-                                                                   "cause"])
+            lines += ["## Errors", ""] + table(
+                context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"]
+            )
         return "\n".join(lines)
-    lines += [f"## Summary per cell{note}", ""] + table(context["summary"], [
-        "task", "strategy", "budget", "n_items", "violations", "errors", "violation_rate", "quality_all",
-        "quality_all_low", "quality_all_high", "quality_admitted", "quality_admitted_low", "quality_admitted_high",
-        *evidence[:4], "utilisation_mean", "latency_p50_s", "latency_p95_s", "model_calls", "cache_hits", "strategy_p50_s"])
+    lines += [f"## Summary per cell{note}", ""] + table(
+        context["summary"],
+        [
+            "task",
+            "strategy",
+            "budget",
+            "n_items",
+            "violations",
+            "errors",
+            "violation_rate",
+            "quality_all",
+            "quality_all_low",
+            "quality_all_high",
+            "quality_admitted",
+            "quality_admitted_low",
+            "quality_admitted_high",
+            *evidence[:4],
+            "utilisation_mean",
+            "latency_p50_s",
+            "latency_p95_s",
+            "model_calls",
+            "cache_hits",
+            "strategy_p50_s",
+        ],
+    )
     episodic = [r for r in context["summary"] if "episodes" in r]
     if episodic:
-        lines += [f"## Agent episodes per cell{note}", "",
-                  "Reward over items with its 95% interval (violations = 0, errors left out); turns, calls and tool "
-                  "errors are means per episode; peak is the largest prompt of any call; end_* count how the "
-                  "episodes ended.", ""] + table(episodic, [
-            "task", "strategy", "budget", "episodes", "reward", "reward_low", "reward_high", "reward_n", "turns_mean",
-            "calls_mean", "peak_prompt_tokens_max", "tool_errors_mean", *(f"end_{r}" for r in tables.END_REASONS)])
-    lines += [f"## Paired differences{note}", ""] + table(context["paired"], [
-        "task", "strategy", "budget", "reference", "paired_items", "delta", "delta_low", "delta_high", "result",
-        "missing_in_candidate", "missing_in_reference", "dropped_ingest_loss"])
-    lines += [f"## Per category{note}", ""] + table(context["categories"], [
-        "task", "category", "strategy", "budget", "n_items", "violations", "quality_all", "quality_all_low",
-        "quality_all_high", "quality_admitted", *evidence[:1]])
+        lines += [
+            f"## Agent episodes per cell{note}",
+            "",
+            "Reward over items with its 95% interval (violations = 0, errors left out); turns, calls and tool "
+            "errors are means per episode; peak is the largest prompt of any call; end_* count how the "
+            "episodes ended.",
+            "",
+        ] + table(
+            episodic,
+            [
+                "task",
+                "strategy",
+                "budget",
+                "episodes",
+                "reward",
+                "reward_low",
+                "reward_high",
+                "reward_n",
+                "turns_mean",
+                "calls_mean",
+                "peak_prompt_tokens_max",
+                "tool_errors_mean",
+                *(f"end_{r}" for r in tables.END_REASONS),
+            ],
+        )
+    lines += [f"## Paired differences{note}", ""] + table(
+        context["paired"],
+        [
+            "task",
+            "strategy",
+            "budget",
+            "reference",
+            "paired_items",
+            "delta",
+            "delta_low",
+            "delta_high",
+            "result",
+            "missing_in_candidate",
+            "missing_in_reference",
+            "dropped_ingest_loss",
+        ],
+    )
+    lines += [f"## Per category{note}", ""] + table(
+        context["categories"],
+        [
+            "task",
+            "category",
+            "strategy",
+            "budget",
+            "n_items",
+            "violations",
+            "quality_all",
+            "quality_all_low",
+            "quality_all_high",
+            "quality_admitted",
+            *evidence[:1],
+        ],
+    )
     if context["errors"]:
-        lines += ["## Errors", ""] + table(context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"])
+        lines += ["## Errors", ""] + table(
+            context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"]
+        )
     return "\n".join(lines)
 
 
@@ -294,25 +475,36 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
     out = data.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    plots = write_plots(context["summary"], out, data.approximate, context["categories"],
-                        "evidence_all" if context["prompts_only"] else "quality_all")
+    plots = write_plots(
+        context["summary"],
+        out,
+        data.approximate,
+        context["categories"],
+        "evidence_all" if context["prompts_only"] else "quality_all",
+    )
     paths.update({f"plot_{name}": path for name, path in plots.items()})
     if "csv" in formats:
         paths["summary_csv"] = _write_csv(out / "summary.csv", context["summary"], ["task", "strategy", "budget"])
-        paths["paired_csv"] = _write_csv(out / "paired.csv", context["paired"],
-                                         ["task", "strategy", "budget", "reference", "paired_items", "delta"])
-        paths["categories_csv"] = _write_csv(out / "categories.csv", context["categories"],
-                                             ["task", "category", "strategy", "budget"])
-        paths["errors_csv"] = _write_csv(out / "errors.csv", context["errors"],
-                                         ["task", "strategy", "budget", "repeat", "item_id", "phase", "cause", "page"])
+        paths["paired_csv"] = _write_csv(
+            out / "paired.csv", context["paired"], ["task", "strategy", "budget", "reference", "paired_items", "delta"]
+        )
+        paths["categories_csv"] = _write_csv(
+            out / "categories.csv", context["categories"], ["task", "category", "strategy", "budget"]
+        )
+        paths["errors_csv"] = _write_csv(
+            out / "errors.csv",
+            context["errors"],
+            ["task", "strategy", "budget", "repeat", "item_id", "phase", "cause", "page"],
+        )
     if "md" in formats:
         paths["md"] = out / "report.md"
         paths["md"].write_text(_markdown(context), encoding="utf-8")
     if "json" in formats:
         paths["json"] = out / "report.json"
         body = _without_nan({k: v for k, v in context.items() if k != "manifest"})
-        paths["json"].write_text(json.dumps(body, indent=1, ensure_ascii=False, default=str, allow_nan=False),
-                                 encoding="utf-8")
+        paths["json"].write_text(
+            json.dumps(body, indent=1, ensure_ascii=False, default=str, allow_nan=False), encoding="utf-8"
+        )
     if "html" in formats:
         paths["html"] = write_html(out, data, context, plots)
     return paths
@@ -323,27 +515,70 @@ def _comparison_markdown(context: dict[str, Any]) -> str:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return lines + ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows] + [""]
 
-    lines = [f"# {context['title']}", "", f"Reference run: {context['reference_run']}. Paired on "
-             + ("quality (all items, violations = 0)." if context["metric"] == "quality_all"
-                else "evidence recall (all evidence kept; a run is prompts-only)."), ""]
+    lines = [
+        f"# {context['title']}",
+        "",
+        f"Reference run: {context['reference_run']}. Paired on "
+        + (
+            "quality (all items, violations = 0)."
+            if context["metric"] == "quality_all"
+            else "evidence recall (all evidence kept; a run is prompts-only)."
+        ),
+        "",
+    ]
     if context["different_data"]:
-        lines += ["**The runs were made on different task data** (--allow-different-data): paired items with the "
-                  "same id may be different questions.", ""]
-    lines += ["## Runs", ""] + table(context["runs"], ["run", "model", "tokenizer", "grader", "grader_version",
-                                                        "core_version", "data_hash", "run_dir"])
-    lines += ["## Cells", ""] + table(context["summary"], [
-        "task", "strategy", "budget", "run", "n_items", "violation_rate", "errors", context["metric"],
-        context["metric"] + "_low", context["metric"] + "_high"])
-    lines += ["## Paired against the reference run", ""] + table(context["paired"], [
-        "task", "strategy", "budget", "run", "reference_run", "paired_items", "delta", "delta_low", "delta_high",
-        "result", "missing_in_run", "missing_in_reference", "missing_items"])
+        lines += [
+            "**The runs were made on different task data** (--allow-different-data): paired items with the "
+            "same id may be different questions.",
+            "",
+        ]
+    lines += ["## Runs", ""] + table(
+        context["runs"],
+        ["run", "model", "tokenizer", "grader", "grader_version", "core_version", "data_hash", "run_dir"],
+    )
+    lines += ["## Cells", ""] + table(
+        context["summary"],
+        [
+            "task",
+            "strategy",
+            "budget",
+            "run",
+            "n_items",
+            "violation_rate",
+            "errors",
+            context["metric"],
+            context["metric"] + "_low",
+            context["metric"] + "_high",
+        ],
+    )
+    lines += ["## Paired against the reference run", ""] + table(
+        context["paired"],
+        [
+            "task",
+            "strategy",
+            "budget",
+            "run",
+            "reference_run",
+            "paired_items",
+            "delta",
+            "delta_low",
+            "delta_high",
+            "result",
+            "missing_in_run",
+            "missing_in_reference",
+            "missing_items",
+        ],
+    )
     if context["unmatched"]:
-        lines += ["## Cells in one run only", ""] + table(context["unmatched"], ["task", "strategy", "budget", "only_in"])
+        lines += ["## Cells in one run only", ""] + table(
+            context["unmatched"], ["task", "strategy", "budget", "only_in"]
+        )
     return "\n".join(lines)
 
 
-def write_comparison(run_dirs: list[Path], out: Path, labels: Iterable[str] = (),
-                     allow_different_data: bool = False) -> dict[str, Path]:
+def write_comparison(
+    run_dirs: list[Path], out: Path, labels: Iterable[str] = (), allow_different_data: bool = False
+) -> dict[str, Path]:
     """``budgetbench compare``: write the cross-run report into ``out``; returns name -> path."""
     from .compare import compare_runs
     from .html import write_comparison_html
@@ -355,17 +590,28 @@ def write_comparison(run_dirs: list[Path], out: Path, labels: Iterable[str] = ()
     approximate = any(r["approximate"] for r in context["runs"])
     curves = [r | {"strategy": f"{r['run']}: {r['strategy']}"} for r in context["summary"]]
     plot = out / "quality_vs_budget.png"
-    quality_vs_budget(curves, sorted({r["task"] for r in curves}),
-                      " (approximate counts)" if approximate else "", plot, context["metric"])
-    paths = {"plot_quality": plot,
-             "summary_csv": _write_csv(out / "summary.csv", context["summary"], ["run", "task", "strategy", "budget"]),
-             "paired_csv": _write_csv(out / "paired.csv", context["paired"],
-                                      ["task", "strategy", "budget", "run", "reference_run", "paired_items", "delta"]),
-             "runs_csv": _write_csv(out / "runs.csv", context["runs"], ["run", "run_dir"])}
+    quality_vs_budget(
+        curves,
+        sorted({r["task"] for r in curves}),
+        " (approximate counts)" if approximate else "",
+        plot,
+        context["metric"],
+    )
+    paths = {
+        "plot_quality": plot,
+        "summary_csv": _write_csv(out / "summary.csv", context["summary"], ["run", "task", "strategy", "budget"]),
+        "paired_csv": _write_csv(
+            out / "paired.csv",
+            context["paired"],
+            ["task", "strategy", "budget", "run", "reference_run", "paired_items", "delta"],
+        ),
+        "runs_csv": _write_csv(out / "runs.csv", context["runs"], ["run", "run_dir"]),
+    }
     paths["md"] = out / "report.md"
     paths["md"].write_text(_comparison_markdown(context), encoding="utf-8")
     paths["json"] = out / "report.json"
-    paths["json"].write_text(json.dumps(_without_nan(context), indent=1, ensure_ascii=False, default=str,
-                                        allow_nan=False), encoding="utf-8")
+    paths["json"].write_text(
+        json.dumps(_without_nan(context), indent=1, ensure_ascii=False, default=str, allow_nan=False), encoding="utf-8"
+    )
     paths["html"] = write_comparison_html(out, context, {"quality": plot})
     return paths
