@@ -17,6 +17,7 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any
 
+from . import generic
 from .models import (
     AirportCode,
     Certificate,
@@ -30,7 +31,7 @@ from .models import (
     Reservation,
     ReservationFlight,
 )
-from .toolkit import GENERIC, READ, WRITE, Toolkit, calculate_expression, tool
+from .toolkit import READ, WRITE, Toolkit, tool
 
 NOW = "2024-05-15T15:00:00"
 NEW_RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
@@ -154,26 +155,8 @@ class AirlineTools(Toolkit):
 
     # ------------------------------------------------------------------ generic
 
-    @tool(
-        GENERIC,
-        "Calculate the result of a mathematical expression.",
-        {
-            "expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
-            "numbers, operators (+, -, *, /), parentheses, and spaces."
-        },
-    )
-    def calculate(self, expression: str) -> str:
-        return calculate_expression(expression)
-
-    @tool(
-        GENERIC,
-        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-        "user explicitly asks for a human agent, or if given the policy and the available tools you "
-        "cannot solve the user's issue.",
-        {"summary": "A summary of the user's issue."},
-    )
-    def transfer_to_human_agents(self, summary: str) -> str:
-        return "Transfer successful"
+    calculate = generic.calculate
+    transfer_to_human_agents = generic.transfer_to_human_agents
 
     # ------------------------------------------------------------------ reads
 

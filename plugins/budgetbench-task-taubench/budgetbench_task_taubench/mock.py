@@ -6,8 +6,9 @@ The ``assert_*`` and ``add_notification`` methods are not tools: tasks call them
 
 from __future__ import annotations
 
+from . import generic
 from .models import MockDB, MockUserDB, Notification, Task
-from .toolkit import GENERIC, READ, WRITE, Toolkit, tool
+from .toolkit import READ, WRITE, Toolkit, tool
 
 
 class MockTools(Toolkit):
@@ -47,15 +48,7 @@ class MockTools(Toolkit):
         task.status = status
         return task
 
-    @tool(
-        GENERIC,
-        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-        "user explicitly asks for a human agent, or if given the policy and the available tools you "
-        "cannot solve the user's issue.",
-        {"summary": "A summary of the user's issue."},
-    )
-    def transfer_to_human_agents(self, summary: str) -> str:
-        return "Transfer successful"
+    transfer_to_human_agents = generic.transfer_to_human_agents
 
     def assert_number_of_tasks(self, user_id: str, expected_number: int) -> bool:
         if user_id not in self.db.users:

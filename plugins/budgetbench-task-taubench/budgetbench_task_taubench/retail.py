@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import generic
 from .models import GiftCard, Order, OrderPayment, Product, RetailDB, User, UserAddress, Variant
-from .toolkit import GENERIC, READ, WRITE, Toolkit, calculate_expression, tool
+from .toolkit import READ, WRITE, Toolkit, tool
 
 ORDER_ID = "The order id, such as '#W0000000'. Be careful there is a '#' symbol at the beginning of the order id."
 USER_ID = "The user id, such as 'sara_doe_496'."
@@ -93,26 +94,8 @@ class RetailTools(Toolkit):
 
     # ------------------------------------------------------------------ generic
 
-    @tool(
-        GENERIC,
-        "Calculate the result of a mathematical expression.",
-        {
-            "expression": "The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
-            "numbers, operators (+, -, *, /), parentheses, and spaces."
-        },
-    )
-    def calculate(self, expression: str) -> str:
-        return calculate_expression(expression)
-
-    @tool(
-        GENERIC,
-        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the "
-        "user explicitly asks for a human agent, or if given the policy and the available tools you "
-        "cannot solve the user's issue.",
-        {"summary": "A summary of the user's issue."},
-    )
-    def transfer_to_human_agents(self, summary: str) -> str:
-        return "Transfer successful"
+    calculate = generic.calculate
+    transfer_to_human_agents = generic.transfer_to_human_agents
 
     # ------------------------------------------------------------------ reads
 

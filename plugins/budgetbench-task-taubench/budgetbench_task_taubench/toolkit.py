@@ -10,6 +10,7 @@ unvalidated, as upstream: a wrong type fails (or not) wherever the method first 
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -49,6 +50,16 @@ class Toolkit:
     def __init__(self, db: BaseModel) -> None:
         self.db = db
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Tools a class body takes from elsewhere (:mod:`.generic`) become the class's own copies,
+        named by it, because Python's ``TypeError`` text for a wrong call names the method's owner."""
+        super().__init_subclass__(**kwargs)
+        for name, function in list(vars(cls).items()):
+            qualname = f"{cls.__qualname__}.{name}"
+            if isinstance(function, types.FunctionType) and hasattr(function, "tool_kind"):
+                if function.__qualname__ != qualname:
+                    setattr(cls, name, _owned_copy(function, qualname))
+
     @classmethod
     def specs(cls) -> dict[str, ToolSpec]:
         """The tools of this class in name order, as the agent is told about them."""
@@ -80,6 +91,22 @@ class Toolkit:
         if not self.has_tool(name):
             raise ValueError(f"Tool '{name}' not found.")
         return getattr(self, name)(**arguments)
+
+
+def _owned_copy(function: types.FunctionType, qualname: str) -> types.FunctionType:
+    copy = types.FunctionType(
+        function.__code__.replace(co_qualname=qualname),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    copy.__qualname__ = qualname
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__annotations__ = dict(function.__annotations__)
+    copy.__doc__ = function.__doc__
+    copy.__dict__.update(function.__dict__)
+    return copy
 
 
 def calculate_expression(expression: str) -> str:
