@@ -49,6 +49,7 @@ from .backends import Backend, GenerationParams
 from .gate import AuxiliaryBudgetError, gate
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
+from .runlog import final_rows
 from .sandbox import (
     Deadline,
     PluginFailure,
@@ -564,6 +565,7 @@ __all__ = [
     "CheckResult",
     "ConformanceKit",
     "FaultServer",
+    "comparable_rows",
     "default_reply",
     "embedded_backend",
     "entry_point",
@@ -687,6 +689,18 @@ def invoke_cli(*args: str, env: dict[str, str] | None = None) -> Any:
     from .cli import cli
 
     return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=True)
+
+
+_EXECUTION_INDEPENDENT = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
+
+
+def comparable_rows(run_dir: Path) -> dict[tuple, tuple]:
+    """A run's final rows, each reduced to the fields (JSON text) that must not depend on how it
+    was executed: threads, another executor or shards merged give equal values on one config."""
+    return {
+        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in _EXECUTION_INDEPENDENT)
+        for key, row in final_rows(run_dir).items()
+    }
 
 
 def shared_data(relative: str) -> Path:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import copyreg
-import json
 import pickle
 import types
-from pathlib import Path
 
 import pytest
 
-from budgetbench_core import Executor, Item, Message, RunConfig, Task, final_rows, hookimpl, read_manifest, run
+from budgetbench_core import Executor, Item, Message, RunConfig, Task, hookimpl, read_manifest, run
 from budgetbench_core.plugins import PluginError, PluginInfo, load_registry
 from budgetbench_core.runner import RunConfigError
 from budgetbench_core.scheduling import window_size
-from budgetbench_core.testing import FaultServer
+from budgetbench_core.testing import FaultServer, comparable_rows
 
 SETTINGS = dict(
     task="synthetic-memory",
@@ -36,13 +34,6 @@ def read_only(mapping: dict) -> types.MappingProxyType:
 
 
 copyreg.pickle(types.MappingProxyType, lambda proxy: (read_only, (dict(proxy),)))
-COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
-
-
-def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {
-        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
-    }
 
 
 def with_plugin(name: str, **hooks):
@@ -78,7 +69,7 @@ def server():
 def threads(tmp_path_factory, server):
     out = tmp_path_factory.mktemp("threads") / "run"
     run(RunConfig(out=out, api_base=server.url, **SETTINGS))
-    return content(out)
+    return comparable_rows(out)
 
 
 def test_hook_register_executors(tmp_path, server, threads):
@@ -88,7 +79,7 @@ def test_hook_register_executors(tmp_path, server, threads):
     summary = run(
         RunConfig(out=tmp_path / "remote", api_base=server.url, executor="pickled", **SETTINGS), registry=registry
     )
-    assert content(tmp_path / "remote") == threads
+    assert comparable_rows(tmp_path / "remote") == threads
     assert sorted(Remote.seen) == sorted(
         (s, f"synth-{i:05d}-{c}", 2)
         for s in SETTINGS["strategies"]

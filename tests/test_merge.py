@@ -6,17 +6,16 @@ tiktoken:cl100k_base, so every run of the same configuration must agree row for 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from budgetbench_core import RunConfig, final_rows, read_manifest, run
+from budgetbench_core import RunConfig, read_manifest, run
 from budgetbench_core.merge import MergeError, merge_runs
 from budgetbench_core.report import write_report
 from budgetbench_core.runlog import cell_files
-from budgetbench_core.testing import FaultServer, invoke_cli
+from budgetbench_core.testing import FaultServer, comparable_rows, invoke_cli
 
 SETTINGS = dict(
     task="synthetic-memory",
@@ -30,13 +29,6 @@ SETTINGS = dict(
     tokenizer="tiktoken:cl100k_base",
     model="openai/fault-model",
 )
-COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
-
-
-def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {
-        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +51,14 @@ def shards(tmp_path_factory, server) -> list[Path]:
 def test_three_shards_merged_equal_one_run(tmp_path, server, shards):
     whole = tmp_path / "whole"
     run(RunConfig(out=whole, api_base=server.url, **SETTINGS))
-    expected = content(whole)
+    expected = comparable_rows(whole)
     assert len(expected) == 2 * 9 * 2
-    per_shard = [content(d) for d in shards]
+    per_shard = [comparable_rows(d) for d in shards]
     assert sum(map(len, per_shard)) == len(expected) and all(per_shard), "each shard ran a part, none all"
     merged = tmp_path / "merged"
     summary = merge_runs(shards, merged)
     assert (summary.shard_count, summary.shards, summary.missing_shards) == (3, [1, 2, 3], [])
-    assert content(merged) == expected
+    assert comparable_rows(merged) == expected
     manifest = read_manifest(merged)
     assert manifest["shards"] == {"count": 3, "merged": [1, 2, 3], "missing": []}
     assert manifest["config"]["shard"] is None

@@ -7,7 +7,6 @@ It also counts the requests it holds at once: ``-j`` is a limit for the whole cl
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from budgetbench_core import RunConfig, final_rows, iter_events, read_manifest, run
-from budgetbench_core.testing import FaultServer, invoke_cli
+from budgetbench_core import RunConfig, iter_events, read_manifest, run
+from budgetbench_core.testing import FaultServer, comparable_rows, invoke_cli
 
 ray = pytest.importorskip("ray")
 
@@ -36,7 +35,6 @@ SETTINGS = dict(
     tokenizer="tiktoken:cl100k_base",
     model="openai/fault-model",
 )
-COMPARED = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 
 
@@ -59,12 +57,6 @@ class CountingServer(FaultServer):
                 self.inflight -= 1
 
 
-def content(run_dir: Path) -> dict[tuple, tuple]:
-    return {
-        key: tuple(json.dumps(row.get(f), sort_keys=True) for f in COMPARED) for key, row in final_rows(run_dir).items()
-    }
-
-
 def terminal_counts(run_dir: Path) -> Counter:
     return Counter(
         (e["strategy"], e["budget"], e["repeat"], e["item_id"])
@@ -85,7 +77,7 @@ def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "threads"
     with CountingServer() as server:
         run(RunConfig(out=out, api_base=server.url, **{**SETTINGS, "max_concurrency": 2}))
-    return content(out)
+    return comparable_rows(out)
 
 
 @pytest.mark.slow
@@ -95,7 +87,7 @@ def test_thread_ray_and_three_shards_merged_give_the_same_rows(tmp_path, cluster
         summary = run(RunConfig(out=tmp_path / "ray", api_base=server.url, executor="ray", **SETTINGS))
         peak = server.peak
         requests = len(server.requests)
-    assert content(tmp_path / "ray") == reference
+    assert comparable_rows(tmp_path / "ray") == reference
     assert summary.results + summary.violations == len(reference) and summary.errors == 0
     assert peak == 1, "-j 1 holds across both Ray workers"
     manifest = read_manifest(tmp_path / "ray")
@@ -108,7 +100,7 @@ def test_thread_ray_and_three_shards_merged_give_the_same_rows(tmp_path, cluster
             run(RunConfig(out=shards[-1], api_base=server.url, shard=f"{index}/3", executor="ray", **SETTINGS))
     merged = invoke_cli("merge", *map(str, shards), "--out", str(tmp_path / "merged"))  # the public way to merge
     assert merged.exit_code == 0, merged.output
-    assert content(tmp_path / "merged") == reference
+    assert comparable_rows(tmp_path / "merged") == reference
 
 
 @pytest.mark.slow
@@ -143,7 +135,7 @@ def test_a_lost_worker_unit_is_rerun_never_half_recorded(tmp_path, cluster, refe
             done.set()
             thread.join()
     assert killed, "no busy worker was found to kill"
-    assert content(tmp_path / "ray") == reference
+    assert comparable_rows(tmp_path / "ray") == reference
     assert max(terminal_counts(tmp_path / "ray").values()) == 1
 
 
@@ -214,7 +206,7 @@ def test_driver_killed_mid_way_resumes_to_the_same_rows(tmp_path, reference):
             env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         )
         assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert content(out) == reference
+    assert comparable_rows(out) == reference
     assert max(terminal_counts(out).values()) == 1
     invocations = read_manifest(out)["invocations"]
     assert len(invocations) == 2 and invocations[0]["finished"] is None
