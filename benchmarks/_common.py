@@ -238,6 +238,25 @@ class FakeOpenAI:
         self.close()
 
 
+def short_history_config(server: FakeOpenAI, out: Path, cells: int, concurrency: int):
+    """The short-history run against ``server``: synthetic-memory, ``cells`` items of 400
+    tokens, truncation at one 2048 tier, counted with tiktoken:cl100k_base."""
+    from budgetbench_core import RunConfig
+
+    return RunConfig(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[2048],
+        out=out,
+        model="openai/bench",
+        api_base=server.api_base,
+        tokenizer="tiktoken:cl100k_base",
+        limit=cells,
+        max_concurrency=concurrency,
+        task_options={"items": cells, "history_tokens": 400},
+    )
+
+
 # ----------------------------------------------------------------- LongMemEval_S items and a task for them
 
 SYSTEM = (

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import FakeOpenAI, machine, median, write_result
+from _common import FakeOpenAI, machine, median, short_history_config, write_result
 
-from budgetbench_core import RunConfig, run
+from budgetbench_core import run
 from budgetbench_core.runlog import iter_events
 
 LEVELS = [1, 8, 32, 128]
@@ -32,18 +32,7 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
     server.reset()
     marks: dict[str, float] = {}
     finished: list[float] = []
-    config = RunConfig(
-        task="synthetic-memory",
-        strategies=["truncation"],
-        budgets=[2048],
-        out=out,
-        model="openai/bench",
-        api_base=server.api_base,
-        tokenizer="tiktoken:cl100k_base",
-        limit=cells,
-        max_concurrency=concurrency,
-        task_options={"items": cells, "history_tokens": 400},
-    )
+    config = short_history_config(server, out, cells, concurrency)
     cpu: list[float] = []
     summary = run(
         config,
@@ -70,18 +59,7 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
 
 def rate_limited(server: FakeOpenAI, out: Path, concurrency: int, cells: int, retry_after: float) -> dict:
     started = time.perf_counter()
-    config = RunConfig(
-        task="synthetic-memory",
-        strategies=["truncation"],
-        budgets=[2048],
-        out=out,
-        model="openai/bench",
-        api_base=server.api_base,
-        tokenizer="tiktoken:cl100k_base",
-        limit=cells,
-        max_concurrency=concurrency,
-        task_options={"items": cells, "history_tokens": 400},
-    )
+    config = short_history_config(server, out, cells, concurrency)
     summary = run(config)
     wall = time.perf_counter() - started
     rows = [e for e in iter_events(out) if e["event"] in ("result", "error")]

@@ -16,7 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import BENCH_TASK, FakeOpenAI, benchmark_registry, machine, median, require_data, write_result
+from _common import (
+    BENCH_TASK,
+    FakeOpenAI,
+    benchmark_registry,
+    machine,
+    median,
+    require_data,
+    short_history_config,
+    write_result,
+)
 
 from budgetbench_core import RunConfig, run
 from budgetbench_core.runlog import iter_events
@@ -70,18 +79,7 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
 def short_histories(server: FakeOpenAI, registry, out: Path, cells: int) -> dict:
     """Harness CPU per call on short histories (synthetic-memory, 400 tokens, one tier), instant server."""
     marks: list[tuple[float, float]] = []
-    config = RunConfig(
-        task="synthetic-memory",
-        strategies=["truncation"],
-        budgets=[2048],
-        out=out,
-        model="openai/bench",
-        api_base=server.api_base,
-        tokenizer="tiktoken:cl100k_base",
-        limit=cells,
-        max_concurrency=1,
-        task_options={"items": cells, "history_tokens": 400},
-    )
+    config = short_history_config(server, out, cells, 1)
     summary = run(config, registry, progress=lambda name, n: marks.append((time.perf_counter(), time.process_time())))
     assert summary.results == cells, summary
     (w0, c0), (w1, c1) = marks[0], marks[-1]
