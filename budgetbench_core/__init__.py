@@ -9,7 +9,7 @@ from typing import Any
 
 from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
 from .datasets import Dataset, data_dir, resolve_data_file
-from .episodes import Episode, EpisodicTask, Step, UserChannel, keep_exchanges
+from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from .graders import Grader, GradingContext, Verdict, contains_answer
@@ -48,6 +48,7 @@ __all__ = [
     "EpisodicTask",
     "Step",
     "UserChannel",
+    "JudgeChannel",
     "BudgetFill",
     "Completion",
     "Dataset",

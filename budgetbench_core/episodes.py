@@ -49,6 +49,7 @@ from .tasks import Task
 EXCHANGE = "exchange"
 PART = "exchange_part"
 EPISODE_LOG = "episodes.jsonl"
+JUDGE_CONTEXT = 32768  # the context the runner opens a separate judge backend with
 
 
 def exchange_of(message: Message) -> tuple[str, str] | None:
@@ -114,6 +115,7 @@ class UserChannel:
 
     def __init__(self, run: Any, seed: int, limit: int) -> None:
         self._run = run
+        self._caller = run.caller
         self._seed = seed
         self.limit = limit
         self.calls: list[dict[str, Any]] = []
@@ -128,7 +130,7 @@ class UserChannel:
             raise ValueError(
                 f"user simulator prompt has {tokens} tokens, more than the served context holds ({self.limit})"
             )
-        outcome = self._run.caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self._seed))
+        outcome = self._caller.call(prompt, GenerationParams(int(max_tokens), 0.0, self._seed))
         completion = outcome.completion
         self.calls.append(
             {
@@ -141,6 +143,18 @@ class UserChannel:
             }
         )
         return completion.text
+
+
+class JudgeChannel(UserChannel):
+    """The run's judge (``--judge-model``) for :meth:`Episode.judged`: like :class:`UserChannel`
+    (temperature 0, counted with the run's tokenizer, each call kept in ``calls``, never
+    budgeted), but through the judge's backend; ``model`` names it."""
+
+    def __init__(self, run: Any, seed: int) -> None:
+        separate = run.judge_backend is not None  # a judge model of its own, or the served one
+        super().__init__(run, seed, JUDGE_CONTEXT - run.max_output_tokens if separate else max(run.config.budgets))
+        self._caller = run.judge_caller
+        self.model = str(run.config.judge_model)
 
 
 class Episode:
@@ -161,6 +175,12 @@ class Episode:
     def outcome(self, end_reason: str) -> dict[str, Any]:
         """The grade once the episode ended (``reward`` in [0, 1] plus any detail); called for
         ``done`` and ``max_turns``, never after a violation or error (those score 0)."""
+
+    def judged(self, outcome: dict[str, Any], judge: JudgeChannel) -> dict[str, Any]:
+        """Figures from the run's judge, apart from the reward: called after ``outcome`` only
+        when the run has ``--judge-model``; the keys returned are added to the outcome (never
+        ``reward``). Default: none."""
+        return {}
 
 
 class EpisodicTask(Task):
@@ -333,6 +353,18 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             reward = float(graded["reward"])
             if not 0.0 <= reward <= 1.0:
                 raise ValueError(f"reward {reward} outside [0, 1]")
+            if run.config.judge_model:
+                judge = JudgeChannel(run, run.config.seed + repeat)
+                extra = contained(
+                    "grading",
+                    task_ref,
+                    lambda: episode.judged(dict(graded), judge),
+                    # several judge calls (each bounded by the caller's timeout): a wide safety net
+                    Deadline(max(run.config.item_timeout_s, run.config.timeout_s * 16)),
+                )
+                if not isinstance(extra, dict) or "reward" in extra:
+                    raise TypeError("judged() must return a dict of figures without 'reward'")
+                graded = {**graded, **extra}
         except (PluginFailure, KeyError, TypeError, ValueError) as exc:
             cause = exc.cause if isinstance(exc, PluginFailure) else describe_exception(exc)
             cell.finish(

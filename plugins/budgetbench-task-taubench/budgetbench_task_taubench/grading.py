@@ -16,8 +16,9 @@ product of the components named in the task's ``reward_basis``:
 - COMMUNICATE: every ``communicate_info`` string occurs, case-insensitively, in an agent
   message with commas removed.
 
-NL_ASSERTION (LLM-judged) is **not** part of ``reward``: the assertions are reported on their
-own (``nl_assertions``), not judged (no judge is wired in yet). A task without criteria, or without
+NL_ASSERTION (LLM-judged) is **not** part of ``reward``: ``nl_assertions`` is null here (not
+judged) and filled in by the run's judge, if any (see ``judging``); the texts are listed in
+``nl_assertions_listed``. A task without criteria, or without
 gold actions and assertions, passes its environment check, as upstream.
 """
 
@@ -160,11 +161,11 @@ def grade(
     domain: Domain, task: TaskRecord, env: Environment, events: Sequence[dict[str, Any]], ended: str
 ) -> dict[str, Any]:
     """The reward of an episode that left ``env`` in its final state; ``ended`` is why it stopped."""
-    nl = {"count": len(task.nl_assertions), "judged": False, "assertions": task.nl_assertions}
+    nl = {"nl_assertions": None, "nl_assertions_listed": task.nl_assertions}  # None: not judged
     if ended not in ENDED_OK:
-        return {"reward": 0.0, "breakdown": {}, "note": f"episode ended prematurely ({ended})", "nl_assertions": nl}
+        return {"reward": 0.0, "breakdown": {}, "note": f"episode ended prematurely ({ended})", **nl}
     if task.criteria is None:
-        return {"reward": 1.0, "breakdown": {}, "note": "no evaluation criteria", "nl_assertions": nl}
+        return {"reward": 1.0, "breakdown": {}, "note": "no evaluation criteria", **nl}
     breakdown: dict[str, float] = {}
     detail: dict[str, Any] = {}
     if task.actions is None and task.env_assertions is None:
@@ -203,4 +204,4 @@ def grade(
         if basis in components:
             breakdown[basis] = components[basis]
             reward *= components[basis]
-    return {"reward": reward, "breakdown": breakdown, "nl_assertions": nl, **detail}
+    return {"reward": reward, "breakdown": breakdown, **nl, **detail}

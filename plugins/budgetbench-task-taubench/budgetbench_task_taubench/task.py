@@ -21,11 +21,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from budgetbench_core import Episode, EpisodicTask, Item, Message, Step, TaskDataError, UserChannel, balanced, data_dir
+from budgetbench_core import (
+    Episode,
+    EpisodicTask,
+    Item,
+    JudgeChannel,
+    Message,
+    Step,
+    TaskDataError,
+    UserChannel,
+    balanced,
+    data_dir,
+)
 
 from .actions import RESPOND, InvalidAction, parse_action, respond, system_prompt
 from .domain import DOMAINS, Domain, TaskRecord, load_domain
 from .grading import grade, initial_environment, initial_events
+from .judging import judge_assertions
 from .users import STOP_TOKENS, LLMUser, ScriptedUser
 
 GREETING = "Hi! How can I help you today?"  # upstream's first agent message
@@ -158,6 +170,10 @@ class TauEpisode(Episode):
         graded = grade(self.domain, self.record, self.env, self.events, ended)
         return {**graded, "ended": ended, "tool_errors": self.errors}
 
+    def judged(self, outcome: dict[str, Any], judge: JudgeChannel) -> dict[str, Any]:
+        """The task's NL assertions judged on the conversation, never part of the reward."""
+        return {"nl_assertions": judge_assertions(self.record.nl_assertions, self.events, judge)}
+
 
 def _action_text(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
@@ -168,6 +184,7 @@ class TauBench(EpisodicTask):
     default_grader = "exact-match"  # unused: an episode is graded by its outcome (the tau2 reward)
     max_output_tokens = 256
     max_turns = 30
+    outcome_version = "2"  # 2: nl_assertions judged with --judge-model, null without
     description = "tau2-bench retail/airline/mock: tool-agent-user episodes graded on the final database state."
 
     def __init__(
@@ -253,7 +270,7 @@ class TauBench(EpisodicTask):
             "data_folder": str(self.folder),
             "action_format": "json-act",
             "user_simulator": self.options["user"],
-            "reward": "tau2 reward by reward_basis; NL_ASSERTION reported apart (not judged)",
+            "reward": "tau2 reward by reward_basis; NL_ASSERTION apart (nl_assertions: judged with --judge-model)",
         }
         if self._domain is not None:
             notes["tasks_in_split"] = len(self._domain.split(self.options["split"]))
