@@ -97,7 +97,7 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
         for r in final_rows(summary.run_dir).values()
         if r["task"] == config.task and r["strategy"] in config.strategies and int(r["budget"]) in config.budgets
     ]
-    result = outcome(rows, config.strategies, config.budgets, binary)
+    result = outcome(rows, config.strategies, config.budgets, binary, prompts_only=config.prompts_only)
     if mode != "none":
         print_outcome(console, result)
     errored = sum(cell.get("error", 0) for cell in result.cells.values())

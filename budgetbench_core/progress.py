@@ -194,6 +194,8 @@ class Display:
                 what += f" {row['latency_s']:.1f}s"
         elif event == "violation":
             what = f"violation prompt={row.get('prompt_tokens')}>{row.get('budget')}"
+        elif event == "admitted":
+            what = f"admitted prompt={row.get('prompt_tokens')} (prompts only)"
         else:
             what = f"error ({row.get('phase', '?')}): {_short(str(row.get('cause', '')), 100)}"
         return f"{head} {where}  {what}  {format_eta(overall.eta(self.started, now))}"
@@ -228,9 +230,13 @@ class RunOutcome:
     audit_checked: int
     audit_mismatched: int
     audit_example: str | None
+    prompts_only: bool = False  # no model call was made: admitted counts instead of quality
 
 
-def outcome(rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list[int], binary: bool) -> RunOutcome:
+def outcome(
+    rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list[int], binary: bool, prompts_only: bool = False
+) -> RunOutcome:
+    """``prompts_only``: the run sent nothing (``run --prompts-only``), so it has no quality to show."""
     from .report.stats import estimate
 
     per_item: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -244,6 +250,8 @@ def outcome(rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list
         counts[key][event] += 1
         if event in ("result", "violation"):
             per_item[key][str(row["item_id"])].append(float(row.get("quality") or 0.0))
+        elif event == "admitted":
+            pass  # prompts only: the prompt fitted and was not sent; nothing to score
         else:
             causes[_cause_group(row)] += 1
         served = row.get("served_prompt_tokens")
@@ -255,11 +263,13 @@ def outcome(rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list
                     f"{served:,} served vs {row.get('prompt_tokens'):,} counted at "
                     f"{row['strategy']}@{row['budget']}, item {row['item_id']}"
                 )
+    if prompts_only:
+        per_item.clear()  # violations alone would show as quality 0: a prompts-only run has no quality
     cells = {}
     for key in {*per_item, *counts}:
         values = [sum(v) / len(v) for v in per_item[key].values()]
         cells[key] = {"estimate": estimate(values, binary) if values else None, **counts[key]}
-    return RunOutcome(budgets, strategies, cells, causes.most_common(), checked, mismatched, example)
+    return RunOutcome(budgets, strategies, cells, causes.most_common(), checked, mismatched, example, prompts_only)
 
 
 def outcome_table(result: RunOutcome) -> Table:
@@ -275,7 +285,12 @@ def outcome_table(result: RunOutcome) -> Table:
                 cells.append("-")
                 continue
             estimate = cell["estimate"]
-            lines = [f"{estimate.mean:.2f}", f"{estimate.low:.2f}-{estimate.high:.2f}"] if estimate else ["-"]
+            if result.prompts_only:
+                lines = [f"{cell.get('admitted', 0)}a"]
+            elif estimate:
+                lines = [f"{estimate.mean:.2f}", f"{estimate.low:.2f}-{estimate.high:.2f}"]
+            else:
+                lines = ["-"]
             marks = " ".join(f"{cell.get(k, 0)}{k[0]}" for k in ("violation", "error") if cell.get(k))
             if marks:
                 lines.append(marks)
@@ -286,12 +301,17 @@ def outcome_table(result: RunOutcome) -> Table:
 
 def print_outcome(console: Console, result: RunOutcome) -> None:
     """The table, the grouped error causes and the served-count audit."""
-    console.print(
-        "quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
-        "(left out; run again to retry them)",
-        soft_wrap=True,
-        highlight=False,
-    )
+    if result.prompts_only:
+        heading = (
+            "prompts only (no model call), by strategy and budget: a prompts admitted, v violations, "
+            "e errors (evidence recall: see the report)"
+        )
+    else:
+        heading = (
+            "quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
+            "(left out; run again to retry them)"
+        )
+    console.print(heading, soft_wrap=True, highlight=False)
     console.print(outcome_table(result))
     if result.errors:
         console.print(f"[red]errors[/] ({sum(n for _, n in result.errors)} cells, by cause):")
@@ -299,7 +319,9 @@ def print_outcome(console: Console, result: RunOutcome) -> None:
             console.print(f"  {n:>4} x {cause}", markup=False, highlight=False, soft_wrap=True)
         if len(result.errors) > 8:
             console.print(f"  ... and {len(result.errors) - 8} other causes (report: errors.csv)")
-    if not result.audit_checked:
+    if result.prompts_only:
+        console.print("served-count audit: prompts only, no prompt was sent", soft_wrap=True)
+    elif not result.audit_checked:
         console.print(
             "served-count audit: the server reported no prompt usage, so our counts are unchecked", soft_wrap=True
         )

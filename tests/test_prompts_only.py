@@ -239,3 +239,27 @@ def test_a_task_without_marks_reports_no_evidence(tmp_path):
     assert "The task marks no evidence: no evidence recall is reported." in report["findings"]
     assert "all evidence kept" not in paths["html"].read_text()
     assert os.path.exists(out / "report" / "quality_by_category.png")
+
+
+def test_prompts_only_terminal_shows_admitted_prompts_not_errors(tmp_path):
+    """The final table of a prompts-only run counts admitted prompts; it never calls them errors
+    nor claims the server gave no usage (nothing was sent)."""
+    with FaultServer(rate=0.0) as server:
+        result = _run(
+            *SYNTH[:-2],
+            "--display",
+            "plain",
+            "--prompts-only",
+            "--model",
+            "openai/fault-model",
+            "--api-base",
+            server.url,
+            "--tokenizer",
+            "tiktoken:cl100k_base",
+            "-o",
+            str(tmp_path / "po"),
+        )
+    assert result.exit_code == 0, result.output
+    assert "admitted prompt=" in result.output and "error (" not in result.output
+    assert "cells, by cause" not in result.output and "prompts only, no prompt was sent" in result.output
+    assert "prompts admitted" in result.output and "6v" in result.output  # full_context: 6 violations a tier
