@@ -37,6 +37,7 @@ out = "runs/from-toml"
 no-report = true
 display = "plain"
 no-preflight = true
+shard = "2/3"
 
 [task_options]
 items = 3
@@ -74,6 +75,7 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert (params["display"], params["no_preflight"], params["max_consecutive_failures"]) == ("plain", True, 3)
     assert params["task_options"] == ("items=3", "history_tokens=600")
     assert params["strategy_params"] == ("summary_buffer.max_calls=1", "summary_buffer.summary_share=0.3")
+    assert params["shard"] == "2/3"
     covered = {
         p.name for p in run_command.params if isinstance(p, click.Option) and p.expose_value and not p.hidden
     } - {"config_path", "help"}

@@ -27,9 +27,17 @@ def hook_names() -> list[str]:
     ]
 
 
+def is_core(command: click.Command) -> bool:
+    """Plugins' commands (added to the group once a plugin command is used) live on the plugin's page."""
+    module = getattr(command.callback, "__module__", "") or ""
+    return module.startswith("budgetbench_core")
+
+
 def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     paths = []
     for name, command in sorted(group.commands.items()):
+        if not is_core(command):
+            continue
         paths.append((*prefix, name))
         if isinstance(command, click.Group):
             paths += command_paths(command, (*prefix, name))
@@ -78,6 +86,17 @@ def test_cli_reference_lists_every_command(site):
         anchor = "-".join(("budgetbench", *path))
         assert f'id="{anchor}"' in html, f"`budgetbench {' '.join(path)}` missing from the CLI reference"
     assert "--config" in html and "check-plugin" in html
+
+
+def test_every_plugin_command_is_on_a_plugin_page():
+    from budgetbench_core.plugins import get_registry
+
+    get_registry().add_commands(cli)
+    pages = "\n".join(page.read_text(encoding="utf-8") for page in (DOCS / "plugins").glob("*.md"))
+    plugin_commands = [name for name, command in cli.commands.items() if not is_core(command)]
+    assert plugin_commands, "no plugin command registered: the plugins are not installed"
+    for name in plugin_commands:
+        assert f"budgetbench {name}" in pages, f"`budgetbench {name}` is on no page under docs/plugins/"
 
 
 def test_every_command_has_a_guide():
