@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .messages import Message
@@ -34,13 +35,21 @@ class CountError(TypeError):
 
 @dataclass(frozen=True)
 class Gated:
-    """A canonical prompt with its exact count against one budget."""
+    """A canonical prompt with its exact count against one budget.
+
+    ``chat_json`` is the prompt serialised once, as the JSON array of chat messages a server
+    receives; the prompt hash (and whatever else needs the sent bytes) is made from it.
+    """
 
     prompt: tuple[Message, ...]
     tokens: int
     budget: int
-    prompt_hash: str
+    chat_json: str
     metadata_dropped: list[str] = field(default_factory=list)
+
+    @cached_property
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(self.chat_json.encode("utf-8")).hexdigest()
 
     @property
     def admitted(self) -> bool:
@@ -50,9 +59,9 @@ class Gated:
         return [m.to_dict() for m in self.prompt]
 
 
-def prompt_hash(messages: Sequence[Message]) -> str:
-    payload = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+def chat_json(messages: Sequence[Message]) -> str:
+    """The messages as the JSON array of chat messages sent to a server."""
+    return json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
 
 
 def exact_count(counter: PromptCounter, prompt: tuple[Message, ...]) -> int:
@@ -73,7 +82,7 @@ def gate(messages: Any, budget: int, counter: PromptCounter) -> Gated:
     dropped: list[str] = []
     prompt = canonical_prompt(list(tuple.__iter__(messages)) if isinstance(messages, tuple) else messages, dropped)
     tokens = exact_count(counter, prompt)
-    return Gated(prompt, tokens, int(budget), prompt_hash(prompt), dropped)
+    return Gated(prompt, tokens, int(budget), chat_json(prompt), dropped)
 
 
 def served_over_budget(served_prompt_tokens: int | None, budget: int) -> bool:
