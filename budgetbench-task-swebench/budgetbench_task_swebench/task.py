@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from budgetbench_core import Item, Message, Task, TaskDataError, balanced, resolve_data_file
+from budgetbench_core import Item, Message, Task, TaskDataError, balanced, data_dir, resolve_data_file
 
 from .data import Instance, load_instances
 from .patches import extract_patch
 from .repo import RepoFile, find_clone, select_files
 
 DATASET = "swebench"
-DEFAULT_FILE = "swebench_verified.jsonl"
+DEFAULT_FILE = "swebench_verified.parquet"  # what `budgetbench data fetch swebench-verified` writes
+HAND_PLACED_FILE = "swebench_verified.jsonl"  # the official JSONL, placed in the data folder by hand
 SYSTEM_PROMPT = (
     "You are a software engineer. You are given an issue from the repository {repo} and, when available, hints "
     "and files of the repository at the commit the fix must apply to. Fix the issue."
@@ -148,8 +149,15 @@ class SWEBenchVerified(Task):
             },
         )
 
+    def _default_file(self) -> str:
+        """The fetched parquet; the hand-placed JSONL when only that one is there."""
+        folder = data_dir() / DATASET
+        if not (folder / DEFAULT_FILE).is_file() and (folder / HAND_PLACED_FILE).is_file():
+            return HAND_PLACED_FILE
+        return DEFAULT_FILE
+
     def load(self, limit: int | None, seed: int) -> Iterator[Item]:
-        path = self.read_data_file(resolve_data_file(DATASET, DEFAULT_FILE, self.path))
+        path = self.read_data_file(resolve_data_file(DATASET, self._default_file(), self.path))
         instances = load_instances(path)
         selected = (
             instances if limit is None else balanced(instances, limit, seed, lambda i: i.repo, "swebench-verified")

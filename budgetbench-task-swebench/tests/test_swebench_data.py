@@ -143,3 +143,21 @@ def test_registered_through_the_entry_point():
     group = click.Group()
     module.register_commands(group)
     assert list(group.commands) == ["swebench"] and list(group.commands["swebench"].commands) == ["export"]
+
+
+@needs_data
+def test_without_path_the_fetched_parquet_is_read_else_a_hand_placed_jsonl(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUDGETBENCH_DATA_DIR", str(tmp_path))
+    folder = tmp_path / "swebench"
+    folder.mkdir()
+    with pytest.raises(TaskDataError, match="data fetch swebench-verified"):
+        list(SWEBenchVerified().load(None, 0))
+    (folder / "swebench_verified.jsonl").write_text(SAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    from_jsonl = [item.id for item in SWEBenchVerified().load(3, 0)]
+    raw = _raw()[:5]
+    pandas.DataFrame(raw).to_parquet(folder / "swebench_verified.parquet")  # the file `data fetch` writes
+    task = SWEBenchVerified()
+    from_parquet = [item.id for item in task.load(None, 0)]
+    assert from_parquet == [row["instance_id"] for row in raw]
+    assert task.manifest_notes()["data_file"].endswith("swebench_verified.parquet")
+    assert len(from_jsonl) == 3
