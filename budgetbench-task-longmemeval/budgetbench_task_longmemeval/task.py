@@ -43,6 +43,12 @@ class LongMemEval(Task):
         for index, record in load_records(self.path, limit, seed):
             yield to_item(record, self.path, index)
 
+    def load_wanted(self, limit, seed, wanted):
+        """Build only the items still to run: a resumed or sharded run skips the rest unbuilt."""
+        for index, record in load_records(self.path, limit, seed):
+            if wanted(record["question_id"]):
+                yield to_item(record, self.path, index)
+
     def manifest_notes(self) -> dict[str, Any]:
         return {
             **super().manifest_notes(),

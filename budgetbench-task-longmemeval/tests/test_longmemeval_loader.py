@@ -104,3 +104,13 @@ def test_duplicate_question_id_is_an_error(tmp_path):
     path.write_text(json.dumps(records))
     with pytest.raises(TaskDataError, match="repeats record 0"):
         list(load_records(path, None, 0))
+
+
+def test_load_wanted_builds_only_the_wanted_items_of_the_same_selection():
+    task = LongMemEval(path=str(ORACLE))
+    selected = list(task.load(12, 3))
+    asked: list[str] = []
+    keep = {item.id for item in selected[::3]}
+    picked = list(task.load_wanted(12, 3, lambda item_id: asked.append(item_id) or item_id in keep))
+    assert asked == [item.id for item in selected]  # asked once per selected item, in order
+    assert picked == [item for item in selected if item.id in keep]
