@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -113,7 +114,7 @@ def _litellm():
     return litellm
 
 
-def _provider(model: str, problems: list[str]) -> str | None:
+def _provider(model: str, problems: list[str], flag: str = "--model") -> str | None:
     litellm = _litellm()
     try:
         return litellm.get_llm_provider(model)[1]
@@ -122,14 +123,14 @@ def _provider(model: str, problems: list[str]) -> str | None:
         close = difflib.get_close_matches(prefix, [*litellm.provider_list, "local"], n=1, cutoff=0.7)
         hint = f"did you mean {close[0] + ('' if close[0] == 'local' else '/...')!r}? " if close else ""
         problems.append(
-            f"--model {model!r}: no provider is known for it; {hint}use 'local', "
+            f"{flag} {model!r}: no provider is known for it; {hint}use 'local', "
             "ollama_chat/<name>, openrouter/<org>/<name>, or openai/<name> with --api-base "
             "(providers: https://docs.litellm.ai/docs/providers)"
         )
         return None
 
 
-def _keys(model: str, provider: str, api_base: str | None, problems: list[str]) -> None:
+def _keys(model: str, provider: str, api_base: str | None, problems: list[str], flag: str = "--model") -> None:
     """litellm's environment validation, minus what the backend supplies itself."""
     missing = _litellm().validate_environment(model=model).get("missing_keys", [])
     for key in missing:
@@ -138,9 +139,10 @@ def _keys(model: str, provider: str, api_base: str | None, problems: list[str]) 
         if provider == "openai" and api_base and key == "OPENAI_API_KEY":
             continue  # a local OpenAI-compatible server: the backend sends a placeholder key
         if key.endswith(("_API_BASE", "_BASE_URL")):
-            problems.append(f"--model {model!r} needs a server address: pass --api-base or set {key}")
+            problems.append(f"{flag} {model!r} needs a server address: pass --api-base or set {key}")
         else:
-            problems.append(f"{key} is not set: export {key}=... (keys are read only from the environment)")
+            whose = "" if flag == "--model" else f" (for {flag} {model!r})"
+            problems.append(f"{key} is not set{whose}: export {key}=... (keys are read only from the environment)")
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -255,15 +257,15 @@ def _hosted_context(model: str) -> ModelContext:
     return ModelContext(int(tokens), "litellm's model table") if tokens else ModelContext()
 
 
-def _local_context(backend_class: type, config: Any, problems: list[str]) -> ModelContext:
+def _local_context(backend_class: type, config: Any, problems: list[str], flag: str = "--model") -> ModelContext:
     try:
         backend = backend_class(config.model)
     except Exception as exc:  # model file missing: the message says which wheel or path
-        problems.append(f"--model {config.model}: {exc}")
+        problems.append(f"{flag} {config.model}: {exc}")
         return ModelContext()
     path = getattr(backend, "model_path", None)
     if path is not None and not path.is_file():
-        problems.append(f"--model {config.model}: no such model file {path}; give the path of a .gguf file")
+        problems.append(f"{flag} {config.model}: no such model file {path}; give the path of a .gguf file")
         return ModelContext()
     tokens = getattr(backend, "model_context", None)
     return ModelContext(tokens, f"the embedded model {backend.model_path.name}") if tokens else ModelContext()
@@ -340,6 +342,20 @@ def _check_budgets(budgets: list[int], context: ModelContext, max_output: int, p
         )
 
 
+def _judge(config: Any, registry: Registry, problems: list[str], full: bool) -> None:
+    """A judge model other than --model: its model file, or its provider and key (no call)."""
+    judge = getattr(config, "judge_model", None)
+    if not judge or judge == config.model:
+        return
+    judge_class = registry.resolve_backend(judge).obj
+    if judge_class.name == "local":
+        _local_context(judge_class, SimpleNamespace(model=judge), problems, "--judge-model")
+    elif judge_class.name == "litellm":
+        provider = _provider(judge, problems, "--judge-model")
+        if provider and full:
+            _keys(judge, provider, None, problems, "--judge-model")
+
+
 def preflight(
     config: Any, registry: Registry, *, budgets_given: bool, full: bool = True, max_output: int = 64
 ) -> PreflightReport:
@@ -369,6 +385,7 @@ def preflight(
             context = _hosted_context(config.model)
     if full and not problems:
         _tokenizer(config, registry, backend_class, problems, passed)
+    _judge(config, registry, problems, full)
     notes: list[str] = []
     budgets = list(config.budgets)
     if not budgets_given:

@@ -148,6 +148,15 @@ def test_missing_openrouter_key_is_named(tmp_path):
     assert_refused(result, "OPENROUTER_API_KEY is not set", run_dir=tmp_path / "r")
 
 
+def test_judge_model_is_preflighted_like_the_model(tmp_path):
+    """A judge other than --model: its provider and key are checked before any cell (no call)."""
+    common = ["run", "-t", "synthetic-memory", "-s", "truncation", "-b", "512", *SMALL, *FAST, "--prompts-only"]
+    result = budgetbench(*common, "--judge-model", "openrouter/qwen/qwen-2.5-7b-instruct", "-o", str(tmp_path / "a"))
+    assert_refused(result, "OPENROUTER_API_KEY is not set", "--judge-model", run_dir=tmp_path / "a")
+    result = budgetbench(*common, "--judge-model", "olama_chat/qwen2.5:1.5b", "-o", str(tmp_path / "b"))
+    assert_refused(result, "--judge-model 'olama_chat/qwen2.5:1.5b': no provider", run_dir=tmp_path / "b")
+
+
 def test_ollama_not_running_says_how_to_start_it(tmp_path):
     result = budgetbench(
         "run",
