@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import GenerationParams
-from .events import AuxCall, CellEvent, RefusedCall, Terminal, Warning
+from .events import AuxCall, CellEvent, Error, RefusedCall, Terminal, Warning
 from .gate import AuxiliaryBudgetError, gate, served_over_budget
 from .messages import Message
 from .model_calls import CallOutcome, ModelCaller
 from .runlog import EventLog
-from .sandbox import Deadline
+from .sandbox import Deadline, PluginRef
 from .tokenizers import PromptCounter
 
 LATE_CALLS = "late_calls.jsonl"
@@ -94,6 +94,10 @@ class CellLog:
         if self.on_terminal:
             self.on_terminal(cls.EVENT, row)
         return True
+
+    def fail(self, phase: str, ref: PluginRef, cause: str, **fields: Any) -> bool:
+        """The cell's error row for a plugin's failure: ``ref`` names the plugin and its distribution."""
+        return self.finish(Error, phase=phase, plugin=ref.name, distribution=ref.distribution, cause=cause, **fields)
 
     def close(self) -> None:
         with self._lock:

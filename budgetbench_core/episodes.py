@@ -3,10 +3,11 @@
 An :class:`EpisodicTask` turns an item into an :class:`Episode`. For each turn the runner
 builds the turn's item (the episode's system prompt, the history so far, and the newest
 message as the query), asks the strategy for the prompt, and gates, audits and sends it
-with the same ``build_prompt`` and ``send`` as a single-call cell: one ``prompt_audit`` per
-call (its ``call`` field is the turn index) and the served-count check per call. The
-episode turns each reply into a :class:`Step` (the reply and what answered it: a tool
-result, the user's next message), until it says it is done or ``max_turns`` is reached.
+with the same ``build_prompt`` and ``send`` (``cell_pipeline``) as a single-call cell: one
+``prompt_audit`` per call (its ``call`` field is the turn index) and the served-count check
+per call. The episode turns each reply into a :class:`Step` (the reply and what answered
+it: a tool result, the user's next message), until it says it is done or ``max_turns`` is
+reached.
 
 The terminal row carries ``episode``: ``{reward, end_reason, turns, calls,
 total_prompt_tokens, peak_prompt_tokens, tool_errors, served_counts_match, user_calls,
@@ -32,6 +33,7 @@ from typing import Any, ClassVar
 
 from .backends import GenerationParams
 from .cell import AuxChannel, CellLog
+from .cell_pipeline import build_prompt, send
 from .events import EpisodeSummary, EpisodeTurn, Error, Result, Terminal, Violation
 from .messages import Item, Message
 from .sandbox import (
@@ -246,12 +248,10 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             )
             history = list(contained("episode", task_ref, episode.opening, Deadline(run.config.item_timeout_s)))
         except PluginFailure as failure:
-            cell.finish(
-                Error,
-                phase="episode",
-                plugin=run.config.task,
-                distribution=task_ref.distribution,
-                cause=f"task {run.config.task!r} could not start the episode of item {item.id!r}: {failure.cause}",
+            cell.fail(
+                "episode",
+                task_ref,
+                f"task {run.config.task!r} could not start the episode of item {item.id!r}: {failure.cause}",
             )
             return
         end_reason = "max_turns"
@@ -267,7 +267,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                 run_dir=run.run_dir,
                 complete=AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline),
             )
-            gated = run.build_prompt(cell, strategy, turn_item, view, budget, context, deadline, call=turn)
+            gated = build_prompt(run, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
                 return
             split = split_exchange(gated.prompt)
@@ -281,7 +281,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                     f"item {item.id!r}: {split}",
                 )
                 return
-            outcome = run.send(cell, gated, repeat)
+            outcome = send(run, cell, gated, repeat)
             if outcome is None:
                 return
             completion = outcome.completion
@@ -309,14 +309,12 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")
             except PluginFailure as failure:
-                cell.finish(
-                    Error,
-                    phase="episode",
-                    plugin=run.config.task,
-                    distribution=task_ref.distribution,
+                cell.fail(
+                    "episode",
+                    task_ref,
+                    f"task {run.config.task!r} failed at turn {turn} of item {item.id!r}: {failure.cause}",
                     prompt_tokens=gated.tokens,
                     completion=completion.text,
-                    cause=f"task {run.config.task!r} failed at turn {turn} of item {item.id!r}: {failure.cause}",
                 )
                 return
             summary["tool_errors"] += int(bool(step.tool_error))
@@ -367,13 +365,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                 graded = {**graded, **extra}
         except (PluginFailure, KeyError, TypeError, ValueError) as exc:
             cause = exc.cause if isinstance(exc, PluginFailure) else describe_exception(exc)
-            cell.finish(
-                Error,
-                phase="grading",
-                plugin=run.config.task,
-                distribution=task_ref.distribution,
-                cause=f"grading the episode of item {item.id!r} failed: {cause}",
-            )
+            cell.fail("grading", task_ref, f"grading the episode of item {item.id!r} failed: {cause}")
             return
         summary.update(reward=reward, end_reason=end_reason, outcome=json_safe_or_empty(graded))
         peak = summary["peak_prompt_tokens"]

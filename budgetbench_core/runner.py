@@ -4,7 +4,8 @@ Work is split into units of (strategy, item); a unit runs every (budget, repeat)
 item in a seeded shuffled order, so per-item strategy state (an embedding index, a
 retrieval) is built once and reused for every tier. ``form_units`` decides what to run
 (resume included); ``execute_units`` runs the units in a seeded shuffled order on
-``max_concurrency`` worker threads; ``run_cell`` runs one cell.
+``max_concurrency`` worker threads; ``cell_pipeline.run_cell`` (or ``episodes.run_episode``)
+runs one cell.
 
 What keeps the numbers honest lives elsewhere, in one place each: ``gate`` (the budget
 decision for answer prompts and auxiliary calls), ``sandbox`` (canonical prompt,
@@ -31,28 +32,23 @@ from typing import Any
 
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
-from .cell import AuxChannel, CellKey, CellLog
+from .cell import CellKey, CellLog
+from .cell_pipeline import run_cell
 from .episodes import EpisodicTask, run_episode
 from .events import (
     FINAL_EVENTS,
     SCHEMA_VERSION,
     TERMINAL_EVENTS,
-    Admitted,
-    Error,
-    PromptAudit,
-    Result,
-    Violation,
-    Warning,
 )
-from .evidence import EvidenceMarkError, evidence_marks, evidence_outcome
+from .evidence import EvidenceMarkError, evidence_marks
 from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
-from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
+from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
-from .memory_systems import IngestLossError, MemorySystem, MemorySystemStrategy
+from .memory_systems import MemorySystem, MemorySystemStrategy
 from .messages import Item, Message
-from .model_calls import CallFailed, ModelCaller
+from .model_calls import ModelCaller
 from .plugins import PluginError, Registry, get_registry
 from .runlog import EventLog, iter_events, now, read_manifest, repair_torn_tails, write_json_atomic
 from .sandbox import (
@@ -64,14 +60,12 @@ from .sandbox import (
     canonical_prompt,
     contained,
     describe_exception,
-    fingerprint,
     json_safe_or_empty,
     private_copy,
-    validate_prompt,
 )
 from .scheduling import RunJob, window_shuffle, window_size
 from .shards import Shard, ShardError
-from .strategies import MemoryStrategy, StrategyContext
+from .strategies import MemoryStrategy
 from .tasks import Task, TaskDataError
 from .tokenizers import PromptCounter, Tokenizer
 
@@ -161,11 +155,6 @@ def _exclusive(run_dir: Path) -> Iterator[None]:
                 f"{run_dir} is in use by another budgetbench run; wait for it to finish or choose another --out"
             ) from None
         yield
-
-
-def _no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
-    """``context.complete`` of a prompts-only run: the strategy's cell becomes an error row."""
-    raise RuntimeError(f"prompts-only run: auxiliary model call {purpose!r} refused (no model is called)")
 
 
 def canonical_item(task: str, item: Any) -> Item:
@@ -548,284 +537,6 @@ class Run:
         if row is not None and self.on_cell is not None:
             self.on_cell(row)
 
-    def _strategy_cause(self, name: str, item: Item, failure: PluginFailure) -> str:
-        detail = describe_exception(failure.original) if failure.original is not None else failure.cause
-        return (
-            f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
-        )
-
-    def build_prompt(
-        self,
-        cell: CellLog,
-        strategy: MemoryStrategy,
-        item: Item,
-        view: Item,
-        budget: int,
-        context: StrategyContext,
-        deadline: Deadline,
-        call: int = 0,
-    ) -> Gated | None:
-        """Ask the strategy for a prompt, canonicalise, validate, count and audit it.
-
-        Returns the gated prompt when it may be sent; otherwise writes the cell's terminal
-        row (error or violation) and returns None. Call it once per model call of an episode.
-        ``item`` is the runner's own copy; ``view`` the private copy the strategy was given.
-        """
-        name = cell.key.strategy
-        expected = fingerprint(item.history)
-
-        def apply() -> tuple[tuple[Message, ...], list[str], Any]:
-            returned = strategy.apply(view.history, budget, context)
-            dropped: list[str] = []
-            prompt = canonical_prompt(returned, dropped)
-            validate_prompt(item, prompt)
-            if fingerprint(view.history) != expected or fingerprint((view.query,)) != fingerprint((item.query,)):
-                raise PromptError("the strategy mutated the history it was given")
-            return prompt, dropped, json_safe_or_empty(context.audit)
-
-        started = time.perf_counter()
-        try:
-            prompt, dropped, audit = contained("strategy", self.ref("strategy", name), apply, deadline)
-        except PluginFailure as failure:
-            strategy_s = time.perf_counter() - started
-            cell.close()  # a thread left behind can no longer reach the server through `complete`
-            if failure.timed_out:
-                self._discard_strategy(name)
-            original = failure.original
-            if isinstance(original, AuxiliaryBudgetError):
-                cell.finish(
-                    Violation,
-                    phase="auxiliary",
-                    prompt_tokens=original.prompt_tokens,
-                    cause=describe_exception(original),
-                    plugin=name,
-                    strategy_s=strategy_s,
-                )
-                return None
-            phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
-            if failure.timed_out and isinstance(strategy, MemorySystemStrategy) and strategy.current_phase:
-                phase = strategy.current_phase  # hung in ingest or retrieve
-            cell.finish(
-                Error,
-                phase=phase,
-                plugin=name,
-                distribution=failure.plugin.distribution,
-                cause=self._strategy_cause(name, item, failure),
-                strategy_s=strategy_s,
-            )
-            return None
-        strategy_s = time.perf_counter() - started
-        cell.strategy_s = strategy_s
-        try:
-            gated = contained(
-                "counting",
-                self.tokenizer_ref,
-                lambda: gate(prompt, budget, self.counter),
-                Deadline.within(self.config.item_timeout_s, None),
-            )
-        except PluginFailure as failure:
-            cell.close()
-            cell.finish(
-                Error,
-                phase="counting",
-                plugin=self.tokenizer_ref.name,
-                distribution=self.tokenizer_ref.distribution,
-                strategy_s=strategy_s,
-                cause=f"token counting failed: {failure.cause}",
-            )
-            return None
-        cell.evidence = evidence_outcome(self.evidence.get(item.id, ()), gated.prompt)
-        cell.emit(
-            PromptAudit,
-            call=call,
-            prompt_hash=gated.prompt_hash,
-            prompt_tokens=gated.tokens,
-            messages=gated.messages(),
-            metadata_dropped=dropped,
-            strategy_audit=audit if isinstance(audit, dict) else {},
-            evidence=cell.evidence,
-        )
-        if not gated.admitted:
-            cell.close()
-            cell.finish(Violation, phase="prompt", prompt_tokens=gated.tokens, strategy_s=strategy_s, plugin=name)
-            return None
-        if cell.served_violation:
-            cell.close()
-            cell.finish(
-                Violation,
-                phase="served",
-                prompt_tokens=gated.tokens,
-                cause=cell.served_violation,
-                strategy_s=strategy_s,
-                plugin=name,
-            )
-            return None
-        return gated
-
-    def send(self, cell: CellLog, gated: Gated, repeat: int) -> Any:
-        """Send an admitted prompt; returns the CallOutcome, or None after writing the terminal row."""
-        params = GenerationParams(self.max_output_tokens, self.config.temperature, self.config.seed + repeat)
-        strategy_s = cell.strategy_s
-        try:
-            outcome = self.caller.call(gated.prompt, params)
-        except CallFailed as exc:
-            cell.finish(
-                Error,
-                phase="model",
-                cause=str(exc),
-                attempts=exc.attempts,
-                prompt_tokens=gated.tokens,
-                plugin=self.backend_name,
-                strategy_s=strategy_s,
-            )
-            return None
-        for warning in outcome.warnings:
-            cell.emit(Warning, kind="cache_corrupt", detail=warning)
-        completion = outcome.completion
-        if served_over_budget(completion.prompt_tokens, gated.budget):
-            cell.finish(
-                Violation,
-                phase="served",
-                prompt_tokens=gated.tokens,
-                served_prompt_tokens=completion.prompt_tokens,
-                completion=completion.text,
-                cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
-                f"{gated.budget} (we counted {gated.tokens})",
-                strategy_s=strategy_s,
-            )
-            return None
-        return outcome
-
-    def grade(self, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> None:
-        """Extract the prediction and grade it; writes the terminal row."""
-        completion = outcome.completion
-        strategy_s = cell.strategy_s
-        failed = dict(
-            completion=completion.text,
-            prompt_tokens=gated.tokens,
-            served_prompt_tokens=completion.prompt_tokens,
-            strategy_s=strategy_s,
-        )
-        task_ref = self.ref("task", self.config.task)
-        try:
-            prediction = contained(
-                "extract",
-                task_ref,
-                lambda: self.task.extract_prediction(item, completion.text),
-                Deadline(self.config.item_timeout_s),
-            )
-            if not isinstance(prediction, str):
-                raise PluginFailure(
-                    "extract",
-                    task_ref,
-                    f"task {self.config.task!r} extract_prediction returned {type(prediction).__name__}, not str",
-                )
-            prediction = str.__str__(prediction)
-        except PluginFailure as failure:
-            cell.finish(
-                Error,
-                phase="extract",
-                plugin=self.config.task,
-                distribution=task_ref.distribution,
-                cause=f"extracting the prediction failed: {failure.cause}",
-                **failed,
-            )
-            return
-        grader_ref = self.ref("grader", self.grader_name)
-
-        def grade() -> tuple[float, Any]:
-            verdict = self.grader.grade(item, prediction, self.grading_context)
-            quality = verdict.quality
-            if isinstance(quality, bool) or not isinstance(quality, (int, float)):
-                raise TypeError(f"quality is {type(quality).__name__}, not a number")
-            quality = float(quality)
-            if not 0.0 <= quality <= 1.0:
-                raise ValueError(f"quality {quality} outside [0, 1]")
-            return quality, json_safe_or_empty(verdict.detail)
-
-        try:
-            quality, detail = contained(
-                "grading", grader_ref, grade, Deadline(max(self.config.item_timeout_s, self.config.timeout_s * 4))
-            )
-        except PluginFailure as failure:
-            cell.finish(
-                Error,
-                phase="grading",
-                plugin=self.grader_name,
-                distribution=grader_ref.distribution,
-                cause=f"grading failed: {failure.cause}",
-                **failed,
-            )
-            return
-        served = completion.prompt_tokens
-        cell.finish(
-            Result,
-            prediction=prediction,
-            completion=completion.text,
-            answer=json_safe_or_empty(item.answer),
-            quality=quality,
-            verdict=detail if isinstance(detail, dict) else {},
-            grader={"name": self.grader_name, "version": str(self.grader.version)},
-            prompt_tokens=gated.tokens,
-            served_prompt_tokens=served,
-            served_cached_tokens=completion.cached_tokens,
-            served_count_matches=None if served is None else served == gated.tokens,
-            completion_tokens=completion.completion_tokens,
-            utilisation=gated.tokens / gated.budget,
-            latency_s=completion.latency_s,
-            strategy_s=strategy_s,
-            cost=completion.cost,
-            attempts=outcome.attempts,
-            cached=outcome.cached,
-        )
-
-    def run_cell(self, strategy_name: str, item: Item, view: Item, budget: int, repeat: int) -> None:
-        """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
-
-        An episodic task (several model calls per cell) repeats ``build_prompt`` and ``send``
-        per call with the same ``cell`` and ``deadline``, and writes the terminal row once.
-        """
-        if isinstance(self.task, EpisodicTask) and not getattr(self.config, "prompts_only", False):
-            run_episode(self, strategy_name, item, budget, repeat)  # the turn loop: budgetbench_core/episodes.py
-            return
-        cell = CellLog(self.log, self._cell_key(strategy_name, item, budget, repeat), self._tally)
-        deadline = Deadline(self.config.item_timeout_s)
-        channel: Callable[[Sequence[Message], int, str], str] = (
-            _no_model_calls
-            if self.config.prompts_only
-            else AuxChannel(cell, self.counter, self.caller, self.config.seed + repeat, deadline)
-        )
-        context = StrategyContext(
-            item=view,
-            budget=budget,
-            counter=self.counter,
-            seed=self.config.seed + repeat,
-            run_dir=self.run_dir,
-            complete=channel,
-        )
-        try:
-            gated = self.build_prompt(cell, self._strategy(strategy_name), item, view, budget, context, deadline)
-            if gated is None:
-                return
-            cell.close()  # the strategy's part is over: its channel takes no more calls
-            if self.config.prompts_only:
-                cell.finish(
-                    Admitted,
-                    prompt_tokens=gated.tokens,
-                    prompt_hash=gated.prompt_hash,
-                    utilisation=gated.tokens / gated.budget,
-                    strategy_s=cell.strategy_s,
-                )
-                return
-            outcome = self.send(cell, gated, repeat)
-            if outcome is None:
-                return
-            self.grade(cell, item, gated, outcome)
-        finally:
-            cell.close()
-            if cell.terminal is None:  # a harness bug: still never a cell without its row
-                cell.finish(Error, phase="cell", cause="the cell ended without a decision (harness error)")
-
     # ----------------------------------------------------------------- the units
 
     def form_units(self, items: Iterator[Item], done: set[tuple], shard: Shard | None) -> Iterator[Unit]:
@@ -879,20 +590,22 @@ class Run:
             self._discard_strategy(unit.strategy)
             for budget, repeat in unit.todo:
                 cell = CellLog(self.log, self._cell_key(unit.strategy, item, budget, repeat), self._tally)
-                cell.finish(
-                    Error,
-                    phase="reset",
-                    plugin=unit.strategy,
-                    distribution=failure.plugin.distribution,
-                    cause=f"strategy {unit.strategy!r} reset failed before item {item.id!r}: "
+                cell.fail(
+                    "reset",
+                    PluginRef("strategy", unit.strategy, failure.plugin.distribution),
+                    f"strategy {unit.strategy!r} reset failed before item {item.id!r}: "
                     f"{describe_exception(failure.original) if failure.original else failure.cause}",
                 )
                 progress(unit.strategy, 1)
             return
+        episodic = isinstance(self.task, EpisodicTask) and not getattr(self.config, "prompts_only", False)
         for budget, repeat in unit.todo:
             if self._stop.is_set():
                 return
-            self.run_cell(unit.strategy, item, view, budget, repeat)
+            if episodic:  # the turn loop: budgetbench_core/episodes.py
+                run_episode(self, unit.strategy, item, budget, repeat)
+            else:
+                run_cell(self, unit.strategy, item, view, budget, repeat)
             progress(unit.strategy, 1)
 
     def executor(self) -> Executor:

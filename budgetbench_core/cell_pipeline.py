@@ -1,0 +1,299 @@
+"""The steps of one cell: build the prompt, gate it, send it, grade the reply.
+
+``run_cell`` runs a single-call cell; ``episodes.run_episode`` reuses ``build_prompt`` and
+``send`` for every call of an episode. Each step writes the cell's terminal row itself when
+it ends the cell (error or violation) and returns None; ``runner`` only schedules cells.
+Every plugin call here is ``contained`` and bound by the cell's deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .backends import GenerationParams
+from .cell import AuxChannel, CellLog
+from .events import Admitted, Error, PromptAudit, Result, Violation, Warning
+from .evidence import evidence_outcome
+from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
+from .memory_systems import IngestLossError, MemorySystemStrategy
+from .messages import Item, Message
+from .model_calls import CallFailed
+from .sandbox import (
+    Deadline,
+    PluginFailure,
+    PluginRef,
+    PromptError,
+    canonical_prompt,
+    contained,
+    describe_exception,
+    fingerprint,
+    json_safe_or_empty,
+    validate_prompt,
+)
+from .strategies import MemoryStrategy, StrategyContext
+
+if TYPE_CHECKING:
+    from .runner import Run
+
+
+def _no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
+    """``context.complete`` of a prompts-only run: the strategy's cell becomes an error row."""
+    raise RuntimeError(f"prompts-only run: auxiliary model call {purpose!r} refused (no model is called)")
+
+
+def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
+    detail = describe_exception(failure.original) if failure.original is not None else failure.cause
+    return f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
+
+
+def build_prompt(
+    run: Run,
+    cell: CellLog,
+    strategy: MemoryStrategy,
+    item: Item,
+    view: Item,
+    budget: int,
+    context: StrategyContext,
+    deadline: Deadline,
+    call: int = 0,
+) -> Gated | None:
+    """Ask the strategy for a prompt, canonicalise, validate, count and audit it.
+
+    Returns the gated prompt when it may be sent; otherwise writes the cell's terminal
+    row (error or violation) and returns None. Call it once per model call of an episode.
+    ``item`` is the runner's own copy; ``view`` the private copy the strategy was given.
+    """
+    name = cell.key.strategy
+    expected = fingerprint(item.history)
+
+    def apply() -> tuple[tuple[Message, ...], list[str], Any]:
+        returned = strategy.apply(view.history, budget, context)
+        dropped: list[str] = []
+        prompt = canonical_prompt(returned, dropped)
+        validate_prompt(item, prompt)
+        if fingerprint(view.history) != expected or fingerprint((view.query,)) != fingerprint((item.query,)):
+            raise PromptError("the strategy mutated the history it was given")
+        return prompt, dropped, json_safe_or_empty(context.audit)
+
+    started = time.perf_counter()
+    try:
+        prompt, dropped, audit = contained("strategy", run.ref("strategy", name), apply, deadline)
+    except PluginFailure as failure:
+        strategy_s = time.perf_counter() - started
+        cell.close()  # a thread left behind can no longer reach the server through `complete`
+        if failure.timed_out:
+            run._discard_strategy(name)
+        original = failure.original
+        if isinstance(original, AuxiliaryBudgetError):
+            cell.finish(
+                Violation,
+                phase="auxiliary",
+                prompt_tokens=original.prompt_tokens,
+                cause=describe_exception(original),
+                plugin=name,
+                strategy_s=strategy_s,
+            )
+            return None
+        phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
+        if failure.timed_out and isinstance(strategy, MemorySystemStrategy) and strategy.current_phase:
+            phase = strategy.current_phase  # hung in ingest or retrieve
+        cell.fail(
+            phase,
+            PluginRef("strategy", name, failure.plugin.distribution),
+            _strategy_cause(name, item, failure),
+            strategy_s=strategy_s,
+        )
+        return None
+    strategy_s = time.perf_counter() - started
+    cell.strategy_s = strategy_s
+    try:
+        gated = contained(
+            "counting",
+            run.tokenizer_ref,
+            lambda: gate(prompt, budget, run.counter),
+            Deadline.within(run.config.item_timeout_s, None),
+        )
+    except PluginFailure as failure:
+        cell.close()
+        cell.fail("counting", run.tokenizer_ref, f"token counting failed: {failure.cause}", strategy_s=strategy_s)
+        return None
+    cell.evidence = evidence_outcome(run.evidence.get(item.id, ()), gated.prompt)
+    cell.emit(
+        PromptAudit,
+        call=call,
+        prompt_hash=gated.prompt_hash,
+        prompt_tokens=gated.tokens,
+        messages=gated.messages(),
+        metadata_dropped=dropped,
+        strategy_audit=audit if isinstance(audit, dict) else {},
+        evidence=cell.evidence,
+    )
+    if not gated.admitted:
+        cell.close()
+        cell.finish(Violation, phase="prompt", prompt_tokens=gated.tokens, strategy_s=strategy_s, plugin=name)
+        return None
+    if cell.served_violation:
+        cell.close()
+        cell.finish(
+            Violation,
+            phase="served",
+            prompt_tokens=gated.tokens,
+            cause=cell.served_violation,
+            strategy_s=strategy_s,
+            plugin=name,
+        )
+        return None
+    return gated
+
+
+def send(run: Run, cell: CellLog, gated: Gated, repeat: int) -> Any:
+    """Send an admitted prompt; returns the CallOutcome, or None after writing the terminal row."""
+    params = GenerationParams(run.max_output_tokens, run.config.temperature, run.config.seed + repeat)
+    strategy_s = cell.strategy_s
+    try:
+        outcome = run.caller.call(gated.prompt, params)
+    except CallFailed as exc:
+        cell.finish(
+            Error,
+            phase="model",
+            cause=str(exc),
+            attempts=exc.attempts,
+            prompt_tokens=gated.tokens,
+            plugin=run.backend_name,
+            strategy_s=strategy_s,
+        )
+        return None
+    for warning in outcome.warnings:
+        cell.emit(Warning, kind="cache_corrupt", detail=warning)
+    completion = outcome.completion
+    if served_over_budget(completion.prompt_tokens, gated.budget):
+        cell.finish(
+            Violation,
+            phase="served",
+            prompt_tokens=gated.tokens,
+            served_prompt_tokens=completion.prompt_tokens,
+            completion=completion.text,
+            cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
+            f"{gated.budget} (we counted {gated.tokens})",
+            strategy_s=strategy_s,
+        )
+        return None
+    return outcome
+
+
+def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> None:
+    """Extract the prediction and grade it; writes the terminal row."""
+    completion = outcome.completion
+    strategy_s = cell.strategy_s
+    failed = dict(
+        completion=completion.text,
+        prompt_tokens=gated.tokens,
+        served_prompt_tokens=completion.prompt_tokens,
+        strategy_s=strategy_s,
+    )
+    task_ref = run.ref("task", run.config.task)
+    try:
+        prediction = contained(
+            "extract",
+            task_ref,
+            lambda: run.task.extract_prediction(item, completion.text),
+            Deadline(run.config.item_timeout_s),
+        )
+        if not isinstance(prediction, str):
+            raise PluginFailure(
+                "extract",
+                task_ref,
+                f"task {run.config.task!r} extract_prediction returned {type(prediction).__name__}, not str",
+            )
+        prediction = str.__str__(prediction)
+    except PluginFailure as failure:
+        cell.fail("extract", task_ref, f"extracting the prediction failed: {failure.cause}", **failed)
+        return
+    grader_ref = run.ref("grader", run.grader_name)
+
+    def checked_verdict() -> tuple[float, Any]:
+        verdict = run.grader.grade(item, prediction, run.grading_context)
+        quality = verdict.quality
+        if isinstance(quality, bool) or not isinstance(quality, (int, float)):
+            raise TypeError(f"quality is {type(quality).__name__}, not a number")
+        quality = float(quality)
+        if not 0.0 <= quality <= 1.0:
+            raise ValueError(f"quality {quality} outside [0, 1]")
+        return quality, json_safe_or_empty(verdict.detail)
+
+    try:
+        quality, detail = contained(
+            "grading", grader_ref, checked_verdict, Deadline(max(run.config.item_timeout_s, run.config.timeout_s * 4))
+        )
+    except PluginFailure as failure:
+        cell.fail("grading", grader_ref, f"grading failed: {failure.cause}", **failed)
+        return
+    served = completion.prompt_tokens
+    cell.finish(
+        Result,
+        prediction=prediction,
+        completion=completion.text,
+        answer=json_safe_or_empty(item.answer),
+        quality=quality,
+        verdict=detail if isinstance(detail, dict) else {},
+        grader={"name": run.grader_name, "version": str(run.grader.version)},
+        prompt_tokens=gated.tokens,
+        served_prompt_tokens=served,
+        served_cached_tokens=completion.cached_tokens,
+        served_count_matches=None if served is None else served == gated.tokens,
+        completion_tokens=completion.completion_tokens,
+        utilisation=gated.tokens / gated.budget,
+        latency_s=completion.latency_s,
+        strategy_s=strategy_s,
+        cost=completion.cost,
+        attempts=outcome.attempts,
+        cached=outcome.cached,
+    )
+
+
+def run_cell(run: Run, strategy_name: str, item: Item, view: Item, budget: int, repeat: int) -> None:
+    """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
+
+    An episodic task (several model calls per cell, ``episodes.run_episode``) repeats
+    ``build_prompt`` and ``send`` per call with the same ``cell`` and ``deadline``, and
+    writes the terminal row once.
+    """
+    cell = CellLog(run.log, run._cell_key(strategy_name, item, budget, repeat), run._tally)
+    deadline = Deadline(run.config.item_timeout_s)
+    channel: Callable[[Sequence[Message], int, str], str] = (
+        _no_model_calls
+        if run.config.prompts_only
+        else AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline)
+    )
+    context = StrategyContext(
+        item=view,
+        budget=budget,
+        counter=run.counter,
+        seed=run.config.seed + repeat,
+        run_dir=run.run_dir,
+        complete=channel,
+    )
+    try:
+        gated = build_prompt(run, cell, run._strategy(strategy_name), item, view, budget, context, deadline)
+        if gated is None:
+            return
+        cell.close()  # the strategy's part is over: its channel takes no more calls
+        if run.config.prompts_only:
+            cell.finish(
+                Admitted,
+                prompt_tokens=gated.tokens,
+                prompt_hash=gated.prompt_hash,
+                utilisation=gated.tokens / gated.budget,
+                strategy_s=cell.strategy_s,
+            )
+            return
+        outcome = send(run, cell, gated, repeat)
+        if outcome is None:
+            return
+        grade(run, cell, item, gated, outcome)
+    finally:
+        cell.close()
+        if cell.terminal is None:  # a harness bug: still never a cell without its row
+            cell.finish(Error, phase="cell", cause="the cell ended without a decision (harness error)")
