@@ -61,6 +61,10 @@ class Backend(ABC):
     ``model`` is the user's model string; ``api_base`` an optional server address.
     ``start``/``stop`` bracket a run (the embedded backend starts its server there).
     ``default_tokenizer`` names the tokenizer spec that counts exactly for this model.
+
+    ``complete`` is required. A backend that also defines ``acomplete`` is awaited on the
+    harness's one shared event loop instead (no thread per call in flight); ``async_calls``
+    says, per instance, which of the two the harness uses.
     """
 
     name: ClassVar[str]
@@ -93,3 +97,13 @@ class Backend(ABC):
     @abstractmethod
     def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
         """One chat completion. Raise TransportError for retryable failures."""
+
+    async def acomplete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        """Optional: ``complete`` as a coroutine, run on the shared event loop. It must await,
+        never block: a blocked loop stops every call of the process until the deadlines pass."""
+        raise NotImplementedError(f"{type(self).__name__} has no acomplete")
+
+    def async_calls(self) -> bool:
+        """Whether the harness awaits ``acomplete`` rather than calling ``complete`` on a
+        thread: True when a subclass defines ``acomplete``. Asked once per run."""
+        return type(self).acomplete is not Backend.acomplete

@@ -1,4 +1,4 @@
-"""Response cache keyed by (model, api base, messages, generation parameters).
+"""Response cache keyed by (model, api base, generation parameters, the messages' chat JSON).
 
 Lives in the run directory (SQLite, committed per write) so a resumed run never pays
 twice for a call whose reply arrived before a crash. Replies are redacted before they are
@@ -13,12 +13,10 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from .backends import Completion, GenerationParams
-from .messages import Message
 from .runlog import RunLogError, redact
 
 _FIELDS = {f.name for f in fields(Completion)}
@@ -28,13 +26,14 @@ class CacheError(RunLogError):
     """The cache file cannot be read at all; the message says how to recover."""
 
 
-def cache_key(model: str, api_base: str | None, messages: Sequence[Message], params: GenerationParams) -> str:
-    payload = json.dumps(
-        {"model": model, "api_base": api_base, "messages": [m.to_chat() for m in messages], "params": params.to_dict()},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+def cache_key(model: str, api_base: str | None, chat_json: str, params: GenerationParams) -> str:
+    """sha256 of (model, api base, parameters) then the messages' chat JSON as sent
+    (``gate.chat_json``, serialised once per prompt; never serialised again here)."""
+    head = json.dumps({"model": model, "api_base": api_base, "params": params.to_dict()}, sort_keys=True)
+    digest = hashlib.sha256(head.encode("utf-8", "surrogatepass"))
+    digest.update(b"\n")
+    digest.update(chat_json.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def _decode(text: str) -> Completion:

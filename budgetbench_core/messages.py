@@ -95,3 +95,17 @@ class Item:
         """The prompt as sent: system prompt, the kept history, then the query."""
         head = [self.system] if self.system is not None else []
         return [*head, *kept, self.query]
+
+
+class SentMessages(tuple[Message, ...]):
+    """The messages of one model call as the harness hands them to a backend: a tuple of
+    ``Message`` (so a backend cannot change what a retry sends) with ``chat_json``, the JSON
+    array of chat messages (``[{"role": ..., "content": ...}]``) serialised once, which a
+    backend that posts JSON can put in its request body as it is."""
+
+    chat_json: str
+
+    def __new__(cls, messages: Any, chat_json: str) -> SentMessages:
+        self = super().__new__(cls, messages)
+        self.chat_json = chat_json
+        return self

@@ -9,11 +9,22 @@ exponential back-off that honours Retry-After, within the deadline. Anything els
 would repeat (a refused key, the same transport error K times in a row) stops the run
 (``failfast``): after it no call is sent. What the backend returns is
 checked and copied into a plain ``Completion``: an unreported figure stays ``None``.
+
+A backend that defines ``acomplete`` (``Backend.async_calls()``) is awaited on the shared
+event loop (``event_loop``) instead of run on a sandbox thread: the cell's thread submits
+the attempt and waits with the same total deadline, and at the deadline the coroutine is
+cancelled. Its connection slot is freed when the coroutine has finished, so the server
+never holds more than ``max_connections`` calls of this caller, even from a coroutine that
+ignores cancellation. What it raises is classified as on the sync path.
+
+The prompt is serialised once: ``chat_json`` (``Gated.chat_json``) makes the cache key and
+is handed to the backend with the messages (``SentMessages.chat_json``) for its request body.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import random
 import threading
 import time
@@ -22,8 +33,10 @@ from dataclasses import dataclass, field
 
 from .backends import Backend, Completion, FatalError, GenerationParams, TransportError
 from .cache import ResponseCache, cache_key
+from .event_loop import shared_loop
 from .failfast import FailFast
-from .messages import Message
+from .gate import chat_json as serialise
+from .messages import Message, SentMessages
 from .sandbox import Deadline, PluginFailure, PluginRef, contained, describe_exception
 
 MAX_BACKOFF_S = 60.0
@@ -75,6 +88,13 @@ def plain_completion(completion: object) -> Completion:
     )
 
 
+@dataclass(frozen=True)
+class _NotAwaitable:
+    """What ``acomplete`` returned instead of a coroutine (its type's name)."""
+
+    kind: str
+
+
 class ModelCaller:
     """Calls one backend with a response cache, a connection limit, bounded retries and deadlines."""
 
@@ -96,7 +116,9 @@ class ModelCaller:
         self.timeout_s = timeout_s if timeout_s is not None else float(getattr(backend, "timeout_s", 120.0))
         self.plugin = plugin or PluginRef("backend", getattr(backend, "name", type(backend).__name__))
         self.fail_fast = fail_fast  # the run's: stops every caller on a failure all later calls would repeat
-        self._slots = threading.BoundedSemaphore(max(1, max_connections))
+        self.max_connections = max(1, max_connections)
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._async: bool | None = None  # backend.async_calls(), asked on the first attempt
         self._count_lock = threading.Lock()
         self.calls_made = 0
 
@@ -104,9 +126,11 @@ class ModelCaller:
         with self._count_lock:
             self.calls_made += 1
 
-    def _attempt(self, messages: list[Message], params: GenerationParams, outer: Deadline | None) -> Completion:
+    def _attempt(self, messages: Sequence[Message], params: GenerationParams, outer: Deadline | None) -> Completion:
         """One attempt within min(timeout, the outer deadline); TransportError for a missed deadline."""
         deadline = Deadline.within(self.timeout_s, outer)
+        if self._uses_async(deadline):
+            return self._attempt_async(messages, params, deadline)
         with self._slots:
             try:
                 return plain_completion(
@@ -121,11 +145,76 @@ class ModelCaller:
                     raise failure.original from None
                 raise
 
+    def _uses_async(self, deadline: Deadline) -> bool:
+        """``backend.async_calls()``, asked once (contained: it is plugin code)."""
+        if self._async is None:
+            if type(self.backend).async_calls is Backend.async_calls:  # the core's own rule, nothing to contain
+                answer: object = self.backend.async_calls()
+            else:
+                answer = contained("model", self.plugin, self.backend.async_calls, deadline)
+            if type(answer) is not bool:
+                raise PluginFailure(
+                    "model",
+                    self.plugin,
+                    f"{self.plugin.describe()} async_calls() returned {type(answer).__name__}, not bool",
+                )
+            self._async = answer
+        return self._async
+
+    def _attempt_async(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline) -> Completion:
+        """The attempt as a coroutine on the shared loop; the slot is released when it has finished."""
+        if not self._slots.acquire(timeout=deadline.remaining()):
+            raise TransportError(
+                f"no connection free within the total deadline of {deadline.seconds:g} s "
+                f"({self.max_connections} calls to this model still in flight)"
+            )
+        backend = self.backend
+
+        async def attempt() -> object:
+            awaitable = backend.acomplete(messages, params)
+            if not inspect.isawaitable(awaitable):
+                return _NotAwaitable(type(awaitable).__name__)
+            return await awaitable
+
+        loop = shared_loop()
+        try:
+            submission = loop.submit(attempt, self.plugin.describe(), self._slots.release)
+        except BaseException:
+            self._slots.release()
+            raise
+        try:
+            kind, value = submission.outcome(deadline.remaining())
+        except TimeoutError:
+            submission.cancel()
+            stall = loop.stall()
+            raise TransportError(
+                f"no complete reply within the total deadline of {deadline.seconds:g} s"
+                + (f"; {stall}" if stall else "")
+            ) from None
+        if kind == "error":
+            if isinstance(value, TransportError):
+                raise value
+            raise PluginFailure(
+                "model",
+                self.plugin,
+                f"{self.plugin.describe()} failed in model: {describe_exception(value)}",
+                original=value,
+            )
+        if isinstance(value, _NotAwaitable):
+            raise TypeError(f"acomplete returned {value.kind}, not a coroutine")
+        return plain_completion(value)
+
     def call(
-        self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline | None = None
+        self,
+        messages: Sequence[Message],
+        params: GenerationParams,
+        deadline: Deadline | None = None,
+        *,
+        chat_json: str | None = None,
     ) -> CallOutcome:
-        messages = list(messages)
-        key = cache_key(*self.backend.cache_identity(), messages, params)
+        """``chat_json`` is ``gate.chat_json(messages)`` when the caller has it (``Gated.chat_json``)."""
+        sent = SentMessages(messages, chat_json if chat_json is not None else serialise(messages))
+        key = cache_key(*self.backend.cache_identity(), sent.chat_json, params)
         warnings: list[str] = []
         if self.cache is not None:
             hit, warning = self.cache.lookup(key)
@@ -142,7 +231,7 @@ class ModelCaller:
                 with self.fail_fast.probe() if self.fail_fast else contextlib.nullcontext():
                     if self.fail_fast and self.fail_fast.stopped:  # a fatal error or a streak: send nothing more
                         raise CallFailed(f"not sent: the run is stopping ({self.fail_fast.cause})", attempts - 1)
-                    completion = self._attempt(messages, params, deadline)
+                    completion = self._attempt(sent, params, deadline)
                     if self.fail_fast:
                         self.fail_fast.succeeded()  # before the probe lock is released, so waiters go in parallel
                 self._count()

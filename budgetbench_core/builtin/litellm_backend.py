@@ -4,25 +4,27 @@ litellm is imported on first use (it is slow to import), with its local cost map
 nothing is fetched from the network. Keys come from the environment only.
 
 An ``openai/`` model on a loopback server (the embedded model, a local llama.cpp, vLLM or
-MLX server) is called with a pooled httpx client instead: litellm's cost lookup, logging
-and response wrapping cost ~4 ms of CPU per call, which caps a run at a few hundred calls
-per second, and on loopback there is no cost to look up. Both paths classify failures
-with the same function (``_failure``), and the fault-injection matrix runs on both
-(tests/reliability/test_reliability_clients.py). ``BUDGETBENCH_HTTP_CLIENT=litellm``
-sends every call through litellm.
+MLX server) is called with a direct aiohttp client instead, awaited on the harness's shared
+event loop (``acomplete``): litellm's cost lookup, logging and response wrapping cost ~4 ms
+of CPU per call, and a blocked thread per call in flight capped a run well below what a
+server answers at 128 calls in flight; on loopback there is no cost to look up. The request
+body carries the messages' chat JSON as the harness serialised it (``SentMessages``). Both
+paths classify failures with the same function (``_failure``), and the fault-injection
+matrix runs on both (tests/reliability/test_reliability_clients.py).
+``BUDGETBENCH_HTTP_CLIENT=litellm`` sends every call through litellm.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 
 from budgetbench_core import (
     Backend,
@@ -35,6 +37,8 @@ from budgetbench_core import (
     hookimpl,
     redact,
 )
+from budgetbench_core.event_loop import shared_loop
+from budgetbench_core.messages import SentMessages
 
 _TRANSPORT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
@@ -118,8 +122,8 @@ class LiteLLMBackend(Backend):
         super().__init__(model, api_base=api_base, timeout_s=timeout_s, **options)
         self.max_context = max_context
         self.server_prompt_cache = bool(server_prompt_cache)
-        self._http: httpx.Client | None = None
-        self._http_lock = threading.Lock()
+        self._headers: dict[str, str] | None = None
+        self._client_timeout: aiohttp.ClientTimeout | None = None
 
     def _asks_no_prompt_reuse(self) -> bool:
         return self.model.startswith("openai/") and bool(self.api_base) and not self.server_prompt_cache
@@ -157,8 +161,8 @@ class LiteLLMBackend(Backend):
         }
 
     def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
-        if self.http_client == "direct":
-            return self._complete_direct(messages, params)
+        if self.http_client == "direct":  # called outside the harness (which awaits acomplete)
+            return shared_loop().run(self._complete_direct(messages, params))
         litellm = _litellm()
         started = time.perf_counter()
         try:
@@ -217,45 +221,67 @@ class LiteLLMBackend(Backend):
             model=getattr(response, "model", None),
         )
 
-    def _client(self) -> httpx.Client:
-        """One pooled client for every worker thread (httpx clients are thread-safe)."""
-        with self._http_lock:
-            if self._http is None:
-                key = os.environ.get("OPENAI_API_KEY") or "not-needed"  # local servers ignore it
-                self._http = httpx.Client(
-                    base_url=(self.api_base or "").rstrip("/"),
-                    headers={"Authorization": f"Bearer {key}"},
-                    timeout=httpx.Timeout(self.timeout_s, connect=max(5.0, min(self.timeout_s, 30.0))),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
-                )
-            return self._http
+    def async_calls(self) -> bool:
+        """The direct client is awaited on the shared event loop; litellm's path stays on a thread."""
+        return self.http_client == "direct"
 
-    def _complete_direct(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
-        body: dict[str, Any] = {
+    async def acomplete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        if self.http_client != "direct":
+            raise NotImplementedError("litellm's own path is synchronous: the harness calls complete()")
+        return await self._complete_direct(messages, params)
+
+    def _direct_body(self, messages: Sequence[Message], params: GenerationParams) -> bytes:
+        """The request body, with the messages' chat JSON as the harness serialised it (once)."""
+        rest: dict[str, Any] = {
             "model": self.model.removeprefix("openai/"),
-            "messages": [m.to_chat() for m in messages],
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
         }
         if params.seed is not None:
-            body["seed"] = params.seed
+            rest["seed"] = params.seed
         if self._asks_no_prompt_reuse():
-            body["cache_prompt"] = False
+            rest["cache_prompt"] = False
+        chat = messages.chat_json if isinstance(messages, SentMessages) else None
+        if chat is None:
+            chat = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
+        try:
+            return ('{"messages": ' + chat + ", " + json.dumps(rest)[1:]).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: only a \u escape makes it valid UTF-8 on the wire
+            return json.dumps({"messages": json.loads(chat), **rest}).encode("ascii")
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        """Per read and per connect, as litellm's httpx client: the harness enforces the total deadline."""
+        if self._client_timeout is None:
+            self._client_timeout = aiohttp.ClientTimeout(
+                total=None, sock_read=self.timeout_s, sock_connect=max(5.0, min(self.timeout_s, 30.0))
+            )
+        return self._client_timeout
+
+    async def _complete_direct(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        body = self._direct_body(messages, params)
+        if self._headers is None:
+            key = os.environ.get("OPENAI_API_KEY") or "not-needed"  # local servers ignore it
+            self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        url = (self.api_base or "").rstrip("/") + "/chat/completions"
+        session = shared_loop().resource(_SESSION, _new_session, _close_session)
         started = time.perf_counter()
         payload: Any
         try:
-            response = self._client().post("/chat/completions", json=body)
-            if response.status_code >= 400:
-                status = response.status_code
-                raise _failure(
-                    f"HTTP {status}: {redact(response.text)[:500]}",
-                    status,
-                    retry_after=_retry_after_header(response.headers),
-                )
-            payload = response.json()
-        except (httpx.HTTPError, ValueError) as exc:  # no reply, a cut reply, or a body that is not JSON
+            async with session.post(url, data=body, headers=self._headers, timeout=self._timeout()) as response:
+                raw = await response.read()
+                status = response.status
+                if status >= 400:
+                    raise _failure(
+                        f"HTTP {status}: {redact(raw.decode('utf-8', 'replace'))[:500]}",
+                        status,
+                        retry_after=_retry_after_header(response.headers),
+                    )
+            payload = json.loads(raw)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # no reply, a cut reply, not JSON
             raise _failure(f"{type(exc).__name__}: {redact(str(exc))[:500]}", None, transport=True) from exc
         latency = time.perf_counter() - started
+        if not isinstance(payload, dict):
+            raise ResponseError(f"response is {type(payload).__name__}, not a JSON object")
         try:
             text = payload["choices"][0]["message"]["content"]
         except (TypeError, IndexError, KeyError) as exc:
@@ -278,6 +304,20 @@ class LiteLLMBackend(Backend):
             cost=None,
             model=payload.get("model") if isinstance(payload.get("model"), str) else None,
         )
+
+
+_SESSION = "litellm-backend:aiohttp"
+
+
+def _new_session() -> aiohttp.ClientSession:
+    """One pooled session on the shared loop for every direct-client backend of the process.
+    No connection limit here: the harness holds each model to its own (``ModelCaller``).
+    Idle connections are dropped after 4 s, before llama.cpp's server closes them (5 s)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0))
+
+
+async def _close_session(session: aiohttp.ClientSession) -> None:
+    await session.close()
 
 
 @hookimpl

@@ -1,0 +1,199 @@
+"""One asyncio event loop for every async model call of the process.
+
+A blocked thread per call in flight costs a thread switch per reply and a sandbox thread
+each; at 128 calls in flight that, not the server, set the pace. Backends that define
+``acomplete`` are awaited here instead: a daemon thread, started on first use, runs one
+loop for all of them. A cell's thread submits the attempt (``submit``) and waits for it
+with the attempt's deadline; at the deadline the coroutine is cancelled for real.
+
+A plugin coroutine that blocks (calls ``time.sleep``, reads a socket synchronously) stops
+every call on the loop. Such a loop is not hidden: the loop beats every ``BEAT_S``; a
+caller whose deadline passed while the loop had not beaten for ``STALL_S`` gets
+``stall()``, which names the task that holds it, and says so in its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+BEAT_S = 0.1
+STALL_S = 1.0
+CLOSE_S = 2.0
+
+
+class Submission:
+    """One coroutine submitted from another thread: ``outcome(timeout)`` or ``cancel()``.
+
+    The coroutine's outcome is boxed, never raised into the loop: ``("value", v)`` or
+    ``("error", exc)`` for *anything* it raised (``SystemExit`` and ``KeyboardInterrupt``
+    would otherwise stop the loop itself, and a ``CancelledError`` nobody asked for is
+    the plugin's). ``on_done`` runs once on the loop thread when the coroutine has really
+    finished, or when it was cancelled before it started: that is when a connection slot
+    is free again, not when the waiting thread gave up.
+    """
+
+    def __init__(
+        self, shared: SharedLoop, function: Callable[[], Awaitable[Any]], name: str, on_done: Callable[[], None]
+    ) -> None:
+        self._shared = shared
+        self._function = function
+        self._name = name
+        self._on_done = on_done
+        self._box: concurrent.futures.Future[tuple[str, Any]] = concurrent.futures.Future()
+        self._task: asyncio.Task[None] | None = None
+        shared.loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        if self._box.cancelled():  # the caller gave up before the loop got to it: never sent
+            self._on_done()
+            return
+        self._task = self._shared.loop.create_task(self._guarded(), name=self._name)
+        self._task.add_done_callback(lambda _: self._on_done())
+
+    async def _guarded(self) -> None:
+        try:
+            outcome: tuple[str, Any] = ("value", await self._function())
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our cancel(): the caller is no longer waiting
+            outcome = ("error", exc)
+        except BaseException as exc:  # noqa: BLE001 - containment is the point
+            outcome = ("error", exc)
+        try:
+            self._box.set_result(outcome)
+        except concurrent.futures.InvalidStateError:
+            pass  # the caller gave up in the meantime
+
+    def outcome(self, timeout: float) -> tuple[str, Any]:
+        """The boxed outcome; ``TimeoutError`` when it is not there within ``timeout`` seconds."""
+        return self._box.result(timeout)
+
+    def cancel(self) -> None:
+        """Stop waiting and cancel the coroutine (on the loop, in order after its start)."""
+        self._box.cancel()
+        self._shared.loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+class SharedLoop:
+    """The process's event loop on a daemon thread, with a heartbeat and per-loop resources."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.beat = time.monotonic()
+        self._resources: dict[str, tuple[Any, Callable[[Any], Awaitable[Any]]]] = {}
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True, name="budgetbench-event-loop")
+        self.thread.start()
+        started.wait()
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(started.set)
+        self.loop.call_soon(self._beat)
+        self.loop.run_forever()
+
+    def _beat(self) -> None:
+        self.beat = time.monotonic()
+        self.loop.call_later(BEAT_S, self._beat)
+
+    def submit(self, function: Callable[[], Awaitable[Any]], name: str, on_done: Callable[[], None]) -> Submission:
+        """Run ``function()`` (core code that awaits the plugin) on the loop, from any other thread."""
+        return Submission(self, function, name, on_done)
+
+    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        """Await ``awaitable`` on the loop and return its result (for a backend's sync ``complete``)."""
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("a blocking call on the event loop's own thread would never return")
+
+        async def wait() -> T:
+            return await awaitable
+
+        future = asyncio.run_coroutine_threadsafe(wait(), self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def stall(self) -> str | None:
+        """Why the loop is not running, when it has not beaten for ``STALL_S``; else None."""
+        silent = time.monotonic() - self.beat
+        if silent < STALL_S:
+            return None
+        task = asyncio.current_task(self.loop)
+        holder = task.get_name() if task is not None else "code outside any model call (a callback)"
+        return (
+            f"the shared event loop has not run for {silent:.1f} s: {holder} blocks it "
+            f"(an async backend must await, never block)"
+        )
+
+    def resource(self, key: str, factory: Callable[[], T], close: Callable[[T], Awaitable[Any]]) -> T:
+        """A per-loop object (an HTTP session), made on first use on the loop thread, closed at exit."""
+        entry = self._resources.get(key)
+        if entry is None:
+            entry = self._resources[key] = (factory(), close)
+        return entry[0]
+
+    def close(self) -> None:
+        """Close the resources (bounded by ``CLOSE_S``, a stalled loop cannot hold up the exit)."""
+
+        async def close_all() -> None:
+            entries, self._resources = list(self._resources.values()), {}
+            for value, close in entries:
+                try:
+                    await close(value)
+                except Exception:  # noqa: BLE001 - at exit, a resource that fails to close is let go
+                    pass
+
+        if self._resources:
+            future = asyncio.run_coroutine_threadsafe(close_all(), self.loop)
+            try:
+                future.result(CLOSE_S)
+            except (TimeoutError, concurrent.futures.CancelledError):
+                pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+_shared: SharedLoop | None = None
+_lock = threading.Lock()
+
+
+def shared_loop() -> SharedLoop:
+    """The process's loop, started on first use."""
+    global _shared
+    shared = _shared
+    if shared is None:
+        with _lock:
+            if _shared is None:
+                _shared = SharedLoop()
+            shared = _shared
+    return shared
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _shared is not None:
+        _shared.close()
+
+
+def _forget_after_fork() -> None:
+    """A forked child has no loop thread: it starts its own on first use."""
+    global _shared, _lock
+    _shared, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
