@@ -24,11 +24,11 @@ from .sandbox import (
     Deadline,
     PluginFailure,
     PluginRef,
+    PrivateView,
     PromptError,
     canonical_prompt,
     contained,
     describe_exception,
-    fingerprint,
     json_safe_or_empty,
     validate_prompt,
 )
@@ -53,7 +53,7 @@ def build_prompt(
     cell: CellLog,
     strategy: MemoryStrategy,
     item: Item,
-    view: Item,
+    view: PrivateView,
     budget: int,
     context: StrategyContext,
     deadline: Deadline,
@@ -66,14 +66,13 @@ def build_prompt(
     ``item`` is the runner's own copy; ``view`` the private copy the strategy was given.
     """
     name = cell.key.strategy
-    expected = fingerprint(item.history)
 
     def apply() -> tuple[tuple[Message, ...], list[str], Any]:
-        returned = strategy.apply(view.history, budget, context)
+        returned = strategy.apply(view.item.history, budget, context)
         dropped: list[str] = []
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)
-        if fingerprint(view.history) != expected or fingerprint((view.query,)) != fingerprint((item.query,)):
+        if not view.intact():
             raise PromptError("the strategy mutated the history it was given")
         return prompt, dropped, json_safe_or_empty(context.audit)
 
@@ -253,7 +252,7 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
     )
 
 
-def run_cell(run: Run, strategy_name: str, item: Item, view: Item, budget: int, repeat: int) -> None:
+def run_cell(run: Run, strategy_name: str, item: Item, view: PrivateView, budget: int, repeat: int) -> None:
     """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
 
     An episodic task (several model calls per cell, ``episodes.run_episode``) repeats
@@ -268,7 +267,7 @@ def run_cell(run: Run, strategy_name: str, item: Item, view: Item, budget: int, 
         else AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline)
     )
     context = StrategyContext(
-        item=view,
+        item=view.item,
         budget=budget,
         counter=run.counter,
         seed=run.config.seed + repeat,

@@ -39,11 +39,11 @@ from .messages import Item, Message
 from .sandbox import (
     Deadline,
     PluginFailure,
+    PrivateView,
     canonical_prompt,
     contained,
     describe_exception,
     json_safe_or_empty,
-    private_copy,
 )
 from .strategies import StrategyContext
 from .tasks import Task
@@ -257,10 +257,10 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
         end_reason = "max_turns"
         for turn in range(task.turn_limit()):
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
-            view = private_copy(turn_item)
+            view = PrivateView(turn_item)
             deadline = Deadline(run.config.item_timeout_s)
             context = StrategyContext(
-                item=view,
+                item=view.item,
                 budget=budget,
                 counter=run.counter,
                 seed=run.config.seed + repeat,

@@ -55,13 +55,13 @@ from .sandbox import (
     Deadline,
     PluginFailure,
     PluginRef,
+    PrivateView,
     PromptError,
     canonical_message,
     canonical_prompt,
     contained,
     describe_exception,
     json_safe_or_empty,
-    private_copy,
 )
 from .scheduling import RunJob, window_shuffle, window_size
 from .shards import Shard, ShardError
@@ -580,7 +580,7 @@ class Run:
         """Reset the strategy (contained, with a deadline), then run the unit's cells in order."""
         if not unit.todo:
             return
-        item, view = unit.item, private_copy(unit.item)
+        item, view = unit.item, PrivateView(unit.item)
         strategy = self._strategy(unit.strategy)
         try:
             contained(

@@ -22,7 +22,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import chain, repeat
+from operator import is_
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -290,17 +292,59 @@ def canonical_message(value: Any, where: str, dropped: list[str] | None = None) 
     role, content = str.__str__(role), str.__str__(content)
     if role not in ROLES:
         raise PromptError(f"{where} has unknown role {role!r}; allowed: {list(ROLES)}")
+    if not content.isascii() and not _utf8(content):
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PromptError(f"{where}.content is not valid UTF-8 text (character {exc.start})") from None
+    meta = _flat_copy(metadata)
+    if meta is None:
+        lost: list[str] = []
+        meta = json_safe_or_empty(metadata, lost) if metadata is not None else {}
+        if not isinstance(meta, dict):
+            meta = {}
+        if dropped is not None:
+            dropped.extend(f"{where}.metadata{p[1:]}" for p in lost)
+    return _message(role, content, meta)
+
+
+_FLAT_TYPES = frozenset({str, int, bool, type(None)})
+_STR = frozenset({str})
+
+
+def _utf8(text: str) -> bool:
+    """No lone surrogates: the text can be sent as UTF-8."""
     try:
-        content.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PromptError(f"{where}.content is not valid UTF-8 text (character {exc.start})") from None
-    lost: list[str] = []
-    meta = json_safe_or_empty(metadata, lost) if metadata is not None else {}
-    if not isinstance(meta, dict):
-        meta = {}
-    if dropped is not None:
-        dropped.extend(f"{where}.metadata{p[1:]}" for p in lost)
-    return Message(role, content, meta)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _message(role: str, content: str, metadata: dict[str, Any]) -> Message:
+    """A core Message from values already checked (exact str role and content, a plain
+    metadata dict of our own), without ``Message.__init__``'s checks and copy."""
+    message = object.__new__(Message)
+    fields = object.__getattribute__(message, "__dict__")
+    fields["role"], fields["content"], fields["metadata"] = role, content, MappingProxyType(metadata)
+    return message
+
+
+def _flat_copy(metadata: Any) -> dict[str, Any] | None:
+    """The common case of ``json_safe`` at C speed: a dict (or a proxy over one) of exact str
+    keys and exact str/int/bool/None/finite float values, copied; None for anything else."""
+    if type(metadata) is not dict and type(metadata) is not MappingProxyType:
+        return None
+    out = dict(metadata)
+    if not set(map(type, out)) <= _STR:
+        return None
+    kinds = set(map(type, out.values()))
+    if not kinds <= _FLAT_TYPES:
+        if not kinds <= _FLAT_TYPES | {float}:
+            return None
+        if not all(math.isfinite(v) for v in out.values() if type(v) is float):
+            return None
+    return out
 
 
 def canonical_prompt(value: Any, dropped: list[str] | None = None) -> tuple[Message, ...]:
@@ -319,6 +363,13 @@ def canonical_prompt(value: Any, dropped: list[str] | None = None) -> tuple[Mess
         except AttributeError:
             fields = None
         role = dict.get(fields, "role") if type(fields) is dict else None
+        if type(role) is str and role in ROLES:  # the usual message: plain fields, flat metadata
+            content = dict.get(fields, "content")
+            if type(content) is str and (content.isascii() or _utf8(content)):
+                meta = _flat_copy(dict.get(fields, "metadata", {}))
+                if meta is not None:
+                    messages.append(_message(role, content, meta))
+                    continue
         if isinstance(role, str) and str.__str__(role) not in ROLES:
             roles.add(str.__str__(role))
             continue
@@ -372,22 +423,62 @@ def fingerprint(messages: Any) -> tuple:
     return tuple(out)
 
 
-def item_fingerprint(item: Item) -> tuple:
-    head = (item.system,) if item.system is not None else ()
-    return fingerprint((*head, *tuple.__iter__(item.history), item.query))
+class PrivateView:
+    """The item as one strategy sees it, and what it was when made: ``intact()`` says whether
+    the strategy changed any of it (a message, its role, content or metadata, nested metadata,
+    or swapped any object), at the cost of a few C-level passes instead of a fingerprint.
+
+    Everything here is the view's own: fresh ``Message`` objects whose metadata dicts (nested
+    values copied too) only this view holds, so nothing the runner keeps is reachable through
+    it. The check compares object identities, never calling ``__eq__`` on what a strategy may
+    have put there; nested metadata (rare) is compared as the text of its JSON-safe copy.
+    """
+
+    def __init__(self, item: Item) -> None:
+        head = (item.system,) if item.system is not None else ()
+        metadata = [_own_metadata(m.metadata) for m in (*head, *item.history, item.query)]
+        messages = [_message(m.role, m.content, d) for m, d in zip((*head, *item.history, item.query), metadata)]
+        system = messages[0] if head else None
+        self.item = replace(item, history=tuple(messages[len(head) : -1]), query=messages[-1], system=system)
+        self._fields = object.__getattribute__(self.item, "__dict__")
+        self._values = tuple(self._fields.values())
+        self._messages = tuple(messages)
+        self._dicts = tuple(map(object.__getattribute__, messages, repeat("__dict__")))
+        self._stored = list(chain.from_iterable(map(dict.values, self._dicts)))
+        self._metadata = tuple(metadata)
+        self._pairs = list(chain.from_iterable(chain.from_iterable(map(dict.items, metadata))))
+        self._nested = [
+            (d, key, repr(json_safe_or_empty(value)))
+            for d in metadata
+            for key, value in d.items()
+            if type(value) not in _FLAT_TYPES and type(value) is not float
+        ]
+
+    def intact(self) -> bool:
+        """True when nothing of the view differs from what it was made with."""
+        fields = object.__getattribute__(self.item, "__dict__")
+        if fields is not self._fields or len(fields) != len(self._values):
+            return False
+        if not all(map(is_, fields.values(), self._values)):
+            return False  # the history tuple, query or system swapped (the tuple itself cannot change)
+        messages = self._messages
+        if not all(map(is_, map(type, messages), repeat(Message))):
+            return False  # a message's class swapped
+        if not all(map(is_, map(object.__getattribute__, messages, repeat("__dict__")), self._dicts)):
+            return False
+        stored = list(chain.from_iterable(map(dict.values, self._dicts)))
+        if len(stored) != len(self._stored) or not all(map(is_, stored, self._stored)):
+            return False  # role, content or metadata replaced (object.__setattr__), or a field added
+        pairs = list(chain.from_iterable(chain.from_iterable(map(dict.items, self._metadata))))
+        if len(pairs) != len(self._pairs) or not all(map(is_, pairs, self._pairs)):
+            return False  # a metadata dict edited (reached through gc, say)
+        return all(repr(json_safe_or_empty(d.get(key))) == text for d, key, text in self._nested)
 
 
-def private_copy(item: Item) -> Item:
-    """``item`` with Message objects of its own, so a strategy that defeats the frozen
-    dataclasses (``object.__setattr__``) spoils only its own cells, not its neighbours'."""
-    from dataclasses import replace
-
-    def copy(message: Message) -> Message:
-        return Message(message.role, message.content, message.metadata)
-
-    return replace(
-        item,
-        history=tuple(map(copy, item.history)),
-        query=copy(item.query),
-        system=copy(item.system) if item.system is not None else None,
-    )
+def _own_metadata(metadata: Any) -> dict[str, Any]:
+    """A metadata dict of the view's own: flat values shared (immutable), nested ones copied."""
+    flat = _flat_copy(metadata)
+    if flat is not None:
+        return flat
+    copied = json_safe_or_empty(metadata)
+    return copied if isinstance(copied, dict) else {}

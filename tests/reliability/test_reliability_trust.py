@@ -264,7 +264,21 @@ class GraderExits(Grader):
         raise SystemExit("grader gave up")
 
 
+class EditsMetadataThroughGc(MemoryStrategy):
+    """Reaches the dict behind a message's read-only metadata and rewrites a value in place."""
+
+    name, regime = "trust-gc-metadata", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        import gc
+
+        hidden = next(r for r in gc.get_referents(history[0].metadata) if type(r) is dict)
+        hidden["session_id"] = "rewritten"
+        return context.frame(list(history)[-1:])
+
+
 STRATEGIES = (
+    EditsMetadataThroughGc,
     ToChatLies,
     RaisesSystemExit,
     RaisesKeyboardInterrupt,
@@ -535,6 +549,80 @@ def test_cyclic_metadata_is_dropped_not_fatal(tmp_path, registry):
     audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
     assert all(any("loop.self (cycle)" in path for path in a["metadata_dropped"]) for a in audits)
     assert all(a["strategy_audit"]["loop"]["note"] == "keeps itself" for a in audits)
+
+
+class _Hostile:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+
+def _with_nested():
+    nested = {"tags": ["a", "b"], "who": {"name": "x"}}
+    history = (Message("user", "one", {"session_id": "s1", **nested}), Message("assistant", "two", {"n": 1.5}))
+    return Item("i", history, Message("user", "q?"), "ans", system=Message("system", "sys", {"k": "v"}))
+
+
+def _hidden(message):
+    return next(r for r in __import__("gc").get_referents(message.metadata) if type(r) is dict)
+
+
+MUTATIONS = {
+    "content": lambda v: object.__setattr__(v.history[0], "content", "changed"),
+    "content, same text": lambda v: object.__setattr__(v.history[0], "content", "".join(["o", "ne"])),
+    "role": lambda v: object.__setattr__(v.history[1], "role", "user"),
+    "metadata object": lambda v: object.__setattr__(v.history[0], "metadata", {"session_id": "s1"}),
+    "added field": lambda v: object.__setattr__(v.history[0], "extra", 1),
+    "class": lambda v: object.__setattr__(v.history[0], "__class__", LyingMessage),
+    "history swapped": lambda v: object.__setattr__(v, "history", tuple(list(v.history))),
+    "query swapped": lambda v: object.__setattr__(v, "query", Message("user", "q?")),
+    "system metadata": lambda v: _hidden(v.system).update(k="w"),
+    "flat value, same text": lambda v: _hidden(v.history[0]).update(session_id="".join(["s", "1"])),
+    "flat value, always equal": lambda v: _hidden(v.history[0]).update(session_id=_Hostile()),
+    "key added": lambda v: _hidden(v.history[1]).update(m=2),
+    "key removed and put back": lambda v: (
+        _hidden(v.history[0]).update(session_id=_hidden(v.history[0]).pop("session_id"))
+        or _hidden(v.history[0]).update(tags=_hidden(v.history[0]).pop("tags"))
+    ),
+    "nested list appended": lambda v: v.history[0].metadata["tags"].append("c"),
+    "nested dict edited": lambda v: v.history[0].metadata["who"].update(name="y"),
+    "nested hostile object": lambda v: v.history[0].metadata["tags"].__setitem__(0, _Hostile()),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_the_view_check_catches_every_kind_of_mutation(mutation):
+    """The per-cell check compares identities, not a fingerprint: each edit a hostile strategy
+    can make to its view (messages, flat or nested metadata, swapped objects) is still caught,
+    and the runner's own item never changes."""
+    item = _with_nested()
+    view = sandbox.PrivateView(item)
+    assert view.intact() and view.item == item
+    assert view.item.history[0] is not item.history[0]
+    MUTATIONS[mutation](view.item)
+    assert not view.intact()
+    assert item == _with_nested() and [dict(m.metadata) for m in item.history] == [
+        dict(m.metadata) for m in _with_nested().history
+    ]
+
+
+def test_a_strategy_editing_metadata_behind_its_proxy_is_an_error(tmp_path, registry):
+    with FaultServer() as server:
+        summary = run(
+            RunConfig(
+                strategies=["trust-gc-metadata", "truncation"],
+                budgets=[300],
+                out=tmp_path / "run",
+                api_base=server.url,
+                **BASE,
+            ),
+            registry=registry,
+        )
+    rows = final_rows(tmp_path / "run")
+    edited = [r for k, r in rows.items() if k[1] == "trust-gc-metadata"]
+    assert len(edited) == 3 and summary.results == 3  # truncation, on the same items, is untouched
+    assert all(("error", "strategy") == (r["event"], r["phase"]) and "mutated" in r["cause"] for r in edited)
 
 
 def test_a_hung_reset_is_timed_out(tmp_path, registry):
