@@ -30,7 +30,7 @@ from .runner import AuxiliaryBudgetError, RunConfig, run
 from .selection import balanced
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tasks import Task, TaskDataError
-from .tokenizers import PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings
+from .tokenizers import CountCache, PromptCounter, Tokenizer, TokenizerInfo, use_bundled_tiktoken_encodings
 
 __all__ = [
     "EVIDENCE_ID_KEY",
@@ -51,6 +51,7 @@ __all__ = [
     "JudgeChannel",
     "BudgetFill",
     "Completion",
+    "CountCache",
     "Dataset",
     "FatalError",
     "GenerationParams",

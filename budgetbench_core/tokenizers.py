@@ -85,6 +85,120 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def _exact_str(value: object, what: str) -> str:
+    """``value`` as a plain ``str``: a subclass's own ``__eq__``, ``__hash__`` or ``encode``
+    could otherwise make a cache return another text's count."""
+    if type(value) is str:
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be str, got {type(value).__name__}")
+    return str.__str__(value)
+
+
+class CountCache:
+    """Token counts of texts, for tokenizers and counters that count a text once per run.
+
+    Counts are kept by a 16-byte digest of the text (up to ``size`` of them, oldest dropped
+    first). The texts seen lately are also kept by reference, up to ``recent_chars``
+    characters: their lookup costs one dict probe, since Python hashes a string once,
+    where a digest reads the whole text again. Thread-safe; texts are taken as plain
+    ``str`` (a ``str`` subclass is copied first).
+    """
+
+    def __init__(self, size: int = 1 << 18, recent_chars: int = 1 << 23) -> None:
+        self._size = size
+        self._recent_limit = recent_chars
+        self._by_digest: dict[bytes, int] = {}
+        self._recent: dict[str, int] = {}
+        self._recent_chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> int | None:
+        return self._find(_exact_str(text, "a counted text"))[0]
+
+    def _find(self, text: str) -> tuple[int | None, bytes | None]:
+        """The count of a plain ``text`` if cached, else None and the text's digest."""
+        tokens = self._recent.get(text)
+        if tokens is not None:
+            return tokens, None
+        key = _digest(text)
+        tokens = self._by_digest.get(key)
+        if tokens is not None:
+            self._remember(text, tokens)
+        return tokens, key
+
+    def put(self, text: str, tokens: int) -> None:
+        text = _exact_str(text, "a counted text")
+        self._store(text, _digest(text), tokens)
+
+    def _store(self, text: str, key: bytes, tokens: int) -> None:
+        with self._lock:
+            self._by_digest[key] = tokens
+            while len(self._by_digest) > self._size:
+                del self._by_digest[next(iter(self._by_digest))]
+        self._remember(text, tokens)
+
+    def _remember(self, text: str, tokens: int) -> None:
+        with self._lock:
+            if text in self._recent:
+                return
+            self._recent[text] = tokens
+            self._recent_chars += len(text)
+            while self._recent_chars > self._recent_limit and self._recent:
+                oldest = next(iter(self._recent))
+                self._recent_chars -= len(oldest)
+                del self._recent[oldest]
+
+    def count(self, text: str, count_new: Callable[[str], int]) -> int:
+        """The cached count of ``text``, or ``count_new(text)`` (then cached)."""
+        text = _exact_str(text, "a counted text")
+        tokens, key = self._find(text)
+        if tokens is None:
+            tokens = count_new(text)
+            self._store(text, key or _digest(text), tokens)
+        return tokens
+
+    def count_all(self, texts: Sequence[str], count_new: Callable[[list[str]], list[int]]) -> list[int]:
+        """Counts of ``texts``; the ones not cached go to ``count_new`` in one call, once each."""
+        plain = [_exact_str(t, "a counted text") for t in texts]
+        found = [self._find(t) for t in plain]
+        missing = {t: key for t, (n, key) in zip(plain, found) if n is None}
+        if not missing:
+            return [n for n, _ in found]  # type: ignore[misc]  # every text is cached
+        counted = count_new(list(missing))
+        if len(counted) != len(missing):
+            raise ValueError(f"counted {len(counted)} texts where {len(missing)} were given")
+        new = dict(zip(missing, counted))
+        for text, key in missing.items():
+            self._store(text, key or _digest(text), new[text])
+        return [new[t] if n is None else n for t, (n, _) in zip(plain, found)]
+
+
+def _stored_messages(messages: Sequence[Message]) -> tuple[tuple[tuple[str, str], ...], list[Message]]:
+    """The (role, content) of each message read from its stored fields, and plain messages
+    holding exactly those: what is counted is what the cache key says.
+
+    A plain ``Message`` whose stored fields are plain strings is used as it is; anything
+    else (a subclass with properties, strings of a ``str`` subclass, an instance attribute
+    shadowing ``to_chat``) is rebuilt, so a strategy cannot store a count under a key that
+    another prompt will look up.
+    """
+    key: list[tuple[str, str]] = []
+    plain: list[Message] = []
+    for message in messages:
+        if not isinstance(message, Message):
+            raise TypeError(f"a prompt holds Message objects, got {type(message).__name__}")
+        fields = object.__getattribute__(message, "__dict__")
+        role, content = fields.get("role"), fields.get("content")
+        if type(message) is Message and type(role) is str and type(content) is str and len(fields) == 3:
+            plain.append(message)
+        else:
+            role, content = _exact_str(role, "a message's role"), _exact_str(content, "a message's content")
+            plain.append(Message(role, content))
+        key.append((role, content))
+    return tuple(key), plain
+
+
 class PromptCounter:
     """Linear-time prompt estimates from cached per-message counts.
 
@@ -92,6 +206,7 @@ class PromptCounter:
     rendering probe messages. For additive templates such as ChatML the estimate equals
     the exact count; ``fit`` always confirms with the exact count and drops messages
     until the confirmed count fits, so a non-additive template can never overshoot.
+    Each message is counted once per run (``CountCache``), whatever the number of tiers.
     """
 
     _PROBE = "probe"
@@ -99,8 +214,8 @@ class PromptCounter:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        self._content_cache: dict[bytes, int] = {}
-        self._message_cache: dict[tuple[str, bytes], int] = {}
+        self._contents = CountCache()
+        self._in_role: dict[str, CountCache] = {}
         self._exact_cache: OrderedDict[tuple, int] = OrderedDict()
         self._role_overhead: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -117,12 +232,12 @@ class PromptCounter:
         strategy confirmed with ``fit`` is counted again by the runner; on a 32K-token
         prompt that second count costs tens of milliseconds.
         """
-        key = tuple((m.role, m.content) for m in messages)
+        key, plain = _stored_messages(messages)
         with self._lock:
             cached = self._exact_cache.get(key)
         if cached is not None:
             return cached
-        exact = self.tokenizer.count(messages)
+        exact = self.tokenizer.count(plain)
         with self._lock:
             self._exact_cache[key] = exact
             if len(self._exact_cache) > self._EXACT_CACHE_SIZE:
@@ -130,22 +245,15 @@ class PromptCounter:
         return exact
 
     def content_tokens(self, content: str) -> int:
-        key = _digest(content)
-        cached = self._content_cache.get(key)
-        if cached is None:
-            cached = self.tokenizer.count_text(content)
-            with self._lock:
-                self._content_cache[key] = cached
-        return cached
+        return self._contents.count(content, self.tokenizer.count_text)
 
     def _in_message(self, role: str, content: str) -> int:
-        key = (role, _digest(content))
-        cached = self._message_cache.get(key)
-        if cached is None:
-            cached = self.tokenizer.count_in_message(role, content)
+        role = _exact_str(role, "a message's role")
+        cache = self._in_role.get(role)
+        if cache is None:
             with self._lock:
-                self._message_cache[key] = cached
-        return cached
+                cache = self._in_role.setdefault(role, CountCache())
+        return cache.count(content, lambda text: self.tokenizer.count_in_message(role, text))
 
     def _overhead(self, role: str) -> int:
         """Template tokens a message of ``role`` adds, measured before a closing user message.

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import json
 import os
+import re
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
-from budgetbench_core import Message, Tokenizer, TokenizerInfo, hookimpl, use_bundled_tiktoken_encodings
+from budgetbench_core import (
+    CountCache,
+    Message,
+    Tokenizer,
+    TokenizerInfo,
+    hookimpl,
+    use_bundled_tiktoken_encodings,
+)
 
 
 class GGUFVocabulary:
@@ -89,7 +95,7 @@ class ServerTokenizer(Tokenizer):
         self.info = TokenizerInfo(id=f"server:{self.base_url}", backend="llama.cpp-server", exact=True)
         self._lock = threading.Lock()
         self._prepare_lock = threading.Lock()
-        self._pieces: OrderedDict[bytes, int] = OrderedDict()
+        self._pieces = CountCache(size=self._PIECE_CACHE_SIZE)
         self._specials: list[str] | None = None  # longest first; [] = count whole texts
         self._separator: int | None = None
         self._bos = 0
@@ -129,19 +135,7 @@ class ServerTokenizer(Tokenizer):
         return pieces, found
 
     def _count_pieces(self, pieces: list[str]) -> int:
-        keys = [hashlib.blake2b(p.encode("utf-8", "surrogatepass"), digest_size=16).digest() for p in pieces]
-        with self._lock:
-            known = [self._pieces.get(k) for k in keys]
-        missing = {k: p for k, p, n in zip(keys, pieces, known) if n is None}
-        if missing:
-            counted = self._count_new(list(missing.values()))
-            with self._lock:
-                self._pieces.update(zip(missing, counted))
-                while len(self._pieces) > self._PIECE_CACHE_SIZE:
-                    self._pieces.popitem(last=False)
-            found = dict(zip(missing, counted))
-            known = [found[k] if n is None else n for k, n in zip(keys, known)]
-        return sum(n for n in known if n is not None)  # every piece is counted by now
+        return sum(self._pieces.count_all(pieces, self._count_new))
 
     def _count_new(self, pieces: list[str]) -> list[int]:
         """Counts of ``pieces``; a large batch is split in two concurrent requests, since
@@ -278,8 +272,10 @@ class TiktokenTokenizer(Tokenizer):
     """OpenAI encodings with OpenAI's published chat overhead (3 per message, 3 for the reply).
 
     Approximate: OpenAI does not publish its chat template, so rows are labelled so.
-    The count is a sum over messages, so each message's tokens are cached: encoding a
-    32K-token prompt again for every tier would cost tens of milliseconds.
+    The count is a sum over messages, so each message's tokens are cached for the whole
+    run (``CountCache``, not a small LRU: at 128 cells in flight the prompts of 128 items
+    would not fit one): encoding a 32K-token prompt again for every tier would cost tens
+    of milliseconds.
     """
 
     PER_MESSAGE = 3
@@ -297,7 +293,7 @@ class TiktokenTokenizer(Tokenizer):
                 f"set TIKTOKEN_CACHE_DIR to a folder holding it"
             ) from exc
         self.info = TokenizerInfo(id=f"tiktoken:{self.encoding.name}", backend="tiktoken", exact=False)
-        self._cached_count = functools.lru_cache(maxsize=8192)(self._encoded_length)
+        self._counts = CountCache()
 
     def render(self, messages: Sequence[Message]) -> str:
         return (
@@ -309,7 +305,7 @@ class TiktokenTokenizer(Tokenizer):
         return len(self.encoding.encode(text, disallowed_special=()))
 
     def count_text(self, text: str) -> int:
-        return self._cached_count(text)
+        return self._counts.count(text, self._encoded_length)
 
     def count(self, messages: Sequence[Message]) -> int:
         return self.REPLY_PRIMING + sum(
@@ -317,8 +313,40 @@ class TiktokenTokenizer(Tokenizer):
         )
 
 
+def _alternation(tokens: Sequence[str]) -> re.Pattern[str] | None:
+    """A pattern matching ``tokens`` leftmost-longest (the longest alternative first, as the
+    matcher of HF ``tokenizers`` does), or None for no tokens."""
+    ordered = sorted(set(t for t in tokens if t), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+def _has_setting(config, key: str, value) -> bool:
+    """Whether a tokenizer.json section (nested dicts and lists) sets ``key`` to ``value``."""
+    if isinstance(config, dict):
+        return config.get(key) == value or any(_has_setting(v, key, value) for v in config.values())
+    if isinstance(config, list):
+        return any(_has_setting(v, key, value) for v in config)
+    return False
+
+
 class HuggingFaceTokenizer(Tokenizer):
-    """A transformers tokenizer with its chat template, from a local folder or a GGUF file."""
+    """A transformers tokenizer with its chat template, from a local folder or a GGUF file.
+
+    HF ``tokenizers`` first cuts a text at its added tokens (special tokens on the raw text,
+    then the others on the normalised pieces) and encodes each piece between them on its
+    own. Where that makes a piece-wise count equal the whole count, a rendered prompt is
+    counted as its added tokens plus the cached counts of its pieces, so each message is
+    encoded once per run rather than once per prompt. That needs a fast tokenizer whose
+    added tokens take no whitespace from their neighbours (``lstrip``/``rstrip``) and match
+    anywhere (not ``single_word``), whose normalised added tokens meet no normaliser, and
+    whose pre-tokeniser treats no piece differently (Metaspace ``prepend_scheme: first``
+    does); probe texts must then agree, and the first real prompts are counted both ways.
+    Otherwise, or after any disagreement (a warning says so), it counts whole texts.
+    """
+
+    _MARK = "budgetbench-probe-7f3a"
+    _CHECKED_PROMPTS = 8  # the first rendered prompts are also counted whole, and compared
+    _PROBED_TOKENS = 64
 
     def __init__(self, source: str, gguf_file: str | None = None) -> None:
         try:
@@ -344,14 +372,138 @@ class HuggingFaceTokenizer(Tokenizer):
         # llama.cpp's own: 113,891 vs 113,583 tokens on a LongMemEval_S history. Only the
         # model's original tokenizer (hf:) is labelled exact.
         self.info = TokenizerInfo(id=f"{kind}:{ident}", backend=f"transformers-{kind}", exact=kind == "hf")
+        self._pieces = CountCache()
+        self._prepare_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._patterns: list[re.Pattern[str]] | None = None  # [] = count whole texts
+        self._checks_left = self._CHECKED_PROMPTS
+        self._frames: dict[str, tuple[str, str] | None] = {}
 
     def render(self, messages: Sequence[Message]) -> str:
         return str(
             self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False, add_generation_prompt=True)
         )  # a str with tokenize=False
 
-    def count_text(self, text: str) -> int:
+    def _whole(self, text: str) -> int:
         return len(self._tok(text, add_special_tokens=False)["input_ids"])
+
+    def _batch(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self._tok(texts, add_special_tokens=False)["input_ids"]]
+
+    # ------------------------------------------------------------ piece-wise counting
+
+    def _split(self, text: str, patterns: list[re.Pattern[str]]) -> tuple[list[str], int]:
+        """The pieces of ``text`` between its added tokens, and how many added tokens it holds."""
+        pieces, found = [text], 0
+        for pattern in patterns:
+            cut: list[str] = []
+            for piece in pieces:
+                parts = pattern.split(piece)
+                found += len(parts) - 1
+                cut.extend(p for p in parts if p)
+            pieces = cut
+        return pieces, found
+
+    def _piecewise(self, text: str, patterns: list[re.Pattern[str]]) -> int:
+        pieces, found = self._split(text, patterns)
+        return found + sum(self._pieces.count_all(pieces, self._batch))
+
+    def _cut_patterns(self) -> list[re.Pattern[str]]:
+        """The patterns that cut a text as this tokenizer does, or [] when a piece-wise count
+        could differ from the whole count."""
+        backend = getattr(self._tok, "backend_tokenizer", None)
+        if backend is None or getattr(self._tok, "split_special_tokens", False):
+            return []
+        if getattr(backend, "encode_special_tokens", False):
+            return []
+        config = json.loads(backend.to_str())
+        added = [t for t in config.get("added_tokens") or [] if t.get("content")]
+        if not added or any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") for t in added):
+            return []
+        raw = [t["content"] for t in added if not t.get("normalized")]
+        normalised = [t["content"] for t in added if t.get("normalized")]
+        if normalised and config.get("normalizer") is not None:
+            return []
+        if _has_setting(config.get("pre_tokenizer"), "prepend_scheme", "first"):
+            return []
+        patterns = [p for p in (_alternation(raw), _alternation(normalised)) if p is not None]
+        probe = self.render(
+            [Message("system", "s"), Message("user", self._MARK), Message("assistant", "a"), Message("user", "q")]
+        )
+        tokens = sorted({t["content"] for t in added}, key=lambda t: (t not in probe, t))[: self._PROBED_TOKENS]
+        samples = [
+            probe,
+            "12345 67\n\n",
+            "naïve café 👋🏽",
+            *(f"{w}{t}{w}x{w}{t}{t}{w}" for t in tokens for w in ("", " ", "\n", " \n\t ")),
+        ]
+        if all(self._whole(t) == self._piecewise(t, patterns) for t in samples):
+            return patterns
+        return []
+
+    def _prepare(self) -> list[re.Pattern[str]]:
+        with self._prepare_lock:
+            if self._patterns is None:
+                self._patterns = self._cut_patterns()
+            return self._patterns
+
+    def _give_up(self, text: str, piecewise: int, whole: int) -> None:
+        import warnings
+
+        with self._prepare_lock:
+            self._patterns = []
+        warnings.warn(
+            f"{self.info.id}: a piece-wise count ({piecewise}) differed from the whole count ({whole}) "
+            f"of a {len(text)}-character text; whole texts are counted from now on",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def count_text(self, text: str) -> int:
+        patterns = self._prepare()
+        if not patterns:
+            return self._whole(text)
+        return self._piecewise(text, patterns)
+
+    def count_rendered(self, prompt: str) -> int:
+        patterns = self._prepare()
+        if not patterns:
+            return self._whole(prompt)
+        tokens = self._piecewise(prompt, patterns)
+        with self._lock:
+            check, self._checks_left = self._checks_left > 0, self._checks_left - 1
+        if check:
+            whole = self._whole(prompt)
+            if whole != tokens:
+                self._give_up(prompt, tokens, whole)
+                return whole
+        return tokens
+
+    def _frame(self, role: str, patterns: list[re.Pattern[str]]) -> tuple[str, str] | None:
+        """The template text on either side of a ``role`` message's content, up to the
+        nearest added tokens: the piece the content is encoded in."""
+        if role not in self._frames:
+            closing = Message("assistant" if role == "user" else "user", "q")
+            rendered = self.render([Message(role, self._MARK), closing])
+            at = rendered.find(self._MARK)
+            frame = None
+            if at >= 0 and rendered.count(self._MARK) == 1:
+                end = at + len(self._MARK)
+                spans = [m.span() for p in patterns for m in p.finditer(rendered)]
+                left = max((e for s, e in spans if e <= at), default=0)
+                right = min((s for s, e in spans if s >= end), default=len(rendered))
+                frame = (rendered[left:at], rendered[end:right])
+            self._frames[role] = frame
+        return self._frames[role]
+
+    def count_in_message(self, role: str, content: str) -> int:
+        """Tokens of ``content`` inside a ``role`` message for estimates: the piece it sits
+        in (role header included), the piece an exact count of a prompt looks up."""
+        patterns = self._prepare()
+        frame = self._frame(role, patterns) if patterns else None
+        if frame is None:
+            return self.count_text(content)
+        return self._piecewise(frame[0] + content + frame[1], patterns)
 
 
 def server_tokenizer(argument: str, backend) -> ServerTokenizer:
