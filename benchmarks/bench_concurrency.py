@@ -9,6 +9,14 @@ time; the server is another process), which bounds throughput on a busy machine:
 A last phase answers the first requests with 429 and Retry-After, and checks every cell
 still finishes, no sooner than Retry-After allows.
 
+Two shares of ideal are reported. ``efficiency`` (the target's figure) is over the whole run,
+from the run's start to the last cell: it includes fail fast's probe (the first call goes
+alone, 200 ms in which nothing else is sent), so with 10 waves it cannot exceed ~0.91.
+``steady_efficiency`` is labelled as such: from the first finished cell to the last, i.e.
+after the probe. ``event_loop_cpu_ms_per_cell`` is the CPU time of the shared event loop's
+thread (the HTTP client: aiohttp, the reply's JSON, the hand-back to the cell's thread),
+part of ``harness_cpu_ms_per_cell``.
+
     .venv/bin/python benchmarks/bench_concurrency.py [--delay 0.2] [--repeats 3]
 """
 
@@ -22,14 +30,23 @@ from pathlib import Path
 from _common import FakeOpenAI, machine, median, short_history_config, write_result
 
 from budgetbench_core import run
+from budgetbench_core.event_loop import shared_loop
 from budgetbench_core.runlog import iter_events
 
 LEVELS = [1, 8, 32, 128]
 TARGETS = {32: 0.9, 128: 0.8}  # share of ideal throughput
 
 
+def loop_cpu() -> float:
+    """CPU seconds of the shared event loop's thread so far."""
+    ident = shared_loop().thread.ident
+    assert ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(ident))
+
+
 def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> dict:
     server.reset()
+    loop_started = loop_cpu()
     marks: dict[str, float] = {}
     finished: list[float] = []
     config = short_history_config(server, out, cells, concurrency)
@@ -46,14 +63,17 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
     results = sum(1 for e in iter_events(out) if e["event"] == "result")
     assert results == cells, (results, summary)
     seconds = finished[-1] - marks["start"]
+    steady = finished[-1] - finished[0]
     return {
         "concurrency": concurrency,
         "cells": cells,
         "seconds": seconds,
         "cells_per_s": cells / seconds,
+        "steady_cells_per_s": (cells - 1) / steady if steady > 0 else None,
         "max_inflight": stats["max_inflight"],
         "requests": stats["requests"],
         "harness_cpu_ms_per_cell": (cpu[-1] - marks["cpu"]) / cells * 1e3,
+        "event_loop_cpu_ms_per_cell": (loop_cpu() - loop_started) / cells * 1e3,
     }
 
 
@@ -99,22 +119,33 @@ def main() -> None:
             for level in LEVELS:
                 result = throughput(server, Path(tmp) / f"r{repeat}-c{level}", level, max(10, args.waves * level))
                 measured.append(result)
-            base = measured[0]["cells_per_s"]
+            base, steady_base = measured[0]["cells_per_s"], measured[0]["steady_cells_per_s"]
             for result in measured:
                 result["speedup"] = result["cells_per_s"] / base
                 result["efficiency"] = result["speedup"] / result["concurrency"]
+                result["steady_efficiency"] = result["steady_cells_per_s"] / steady_base / result["concurrency"]
                 print(
-                    f"repeat {repeat} concurrency {result['concurrency']:>2}: {result['cells_per_s']:6.1f} cells/s, "
-                    f"x{result['speedup']:.1f} ({result['efficiency']:.2f} of ideal), "
+                    f"repeat {repeat} concurrency {result['concurrency']:>3}: {result['cells_per_s']:6.1f} cells/s, "
+                    f"x{result['speedup']:.1f} ({result['efficiency']:.2f} of ideal over the whole run, "
+                    f"{result['steady_efficiency']:.2f} after the first success), "
                     f"server held at most {result['max_inflight']}, harness CPU "
-                    f"{result['harness_cpu_ms_per_cell']:.1f} ms per cell"
+                    f"{result['harness_cpu_ms_per_cell']:.2f} ms per cell "
+                    f"(event loop {result['event_loop_cpu_ms_per_cell']:.2f})"
                 )
             rounds.append(measured)
     summary = {}
     for index, level in enumerate(LEVELS):
         summary[str(level)] = {
             key: round(median(r[index][key] for r in rounds), 3)
-            for key in ("cells_per_s", "speedup", "efficiency", "max_inflight", "harness_cpu_ms_per_cell")
+            for key in (
+                "cells_per_s",
+                "speedup",
+                "efficiency",
+                "steady_efficiency",
+                "max_inflight",
+                "harness_cpu_ms_per_cell",
+                "event_loop_cpu_ms_per_cell",
+            )
         }
     print("median:", summary, "targets (share of ideal):", TARGETS)
     retry_after = 0.5
@@ -134,6 +165,9 @@ def main() -> None:
             "median": summary,
             "targets": {str(k): v for k, v in TARGETS.items()},
             "met": {str(level): summary[str(level)]["efficiency"] >= share for level, share in TARGETS.items()},
+            "met_after_first_success": {
+                str(level): summary[str(level)]["steady_efficiency"] >= share for level, share in TARGETS.items()
+            },
             "connection_limit_honoured": all(
                 r[i]["max_inflight"] <= LEVELS[i] for r in rounds for i in range(len(LEVELS))
             ),

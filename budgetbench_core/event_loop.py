@@ -48,12 +48,17 @@ class Submission:
         self._function = function
         self._name = name
         self._on_done = on_done
-        self._box: concurrent.futures.Future[tuple[str, Any]] = concurrent.futures.Future()
+        # A bare lock, held until the outcome is in: the cheapest hand-back between threads
+        # (a concurrent Future's Condition cost the loop ~0.2 ms per reply at 128 in flight).
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._outcome: tuple[str, Any] | None = None
+        self._abandoned = False
         self._task: asyncio.Task[None] | None = None
         shared.loop.call_soon_threadsafe(self._start)
 
     def _start(self) -> None:
-        if self._box.cancelled():  # the caller gave up before the loop got to it: never sent
+        if self._abandoned:  # the caller gave up before the loop got to it: never sent
             self._on_done()
             return
         self._task = self._shared.loop.create_task(self._guarded(), name=self._name)
@@ -69,18 +74,19 @@ class Submission:
             outcome = ("error", exc)
         except BaseException as exc:  # noqa: BLE001 - containment is the point
             outcome = ("error", exc)
-        try:
-            self._box.set_result(outcome)
-        except concurrent.futures.InvalidStateError:
-            pass  # the caller gave up in the meantime
+        self._outcome = outcome
+        self._done.release()
 
     def outcome(self, timeout: float) -> tuple[str, Any]:
         """The boxed outcome; ``TimeoutError`` when it is not there within ``timeout`` seconds."""
-        return self._box.result(timeout)
+        if not self._done.acquire(timeout=max(0.0, timeout)):
+            raise TimeoutError
+        assert self._outcome is not None
+        return self._outcome
 
     def cancel(self) -> None:
         """Stop waiting and cancel the coroutine (on the loop, in order after its start)."""
-        self._box.cancel()
+        self._abandoned = True
         self._shared.loop.call_soon_threadsafe(self._cancel_task)
 
     def _cancel_task(self) -> None:

@@ -123,6 +123,7 @@ class LiteLLMBackend(Backend):
         self.max_context = max_context
         self.server_prompt_cache = bool(server_prompt_cache)
         self._headers: dict[str, str] | None = None
+        self._route: tuple[tuple[str, str | None, str | None], str] | None = None
         self._client_timeout: aiohttp.ClientTimeout | None = None
 
     def _asks_no_prompt_reuse(self) -> bool:
@@ -130,10 +131,16 @@ class LiteLLMBackend(Backend):
 
     @property
     def http_client(self) -> str:
-        """``direct`` for an ``openai/`` model on a loopback server, else ``litellm``."""
-        if os.environ.get("BUDGETBENCH_HTTP_CLIENT") == "litellm":
-            return "litellm"
-        return "direct" if self.model.startswith("openai/") and _is_loopback(self.api_base) else "litellm"
+        """``direct`` for an ``openai/`` model on a loopback server, else ``litellm`` (decided
+        again only when the model, the api base or ``BUDGETBENCH_HTTP_CLIENT`` changes)."""
+        key = (self.model, self.api_base, os.environ.get("BUDGETBENCH_HTTP_CLIENT"))
+        if self._route is None or self._route[0] != key:
+            if key[2] == "litellm":
+                client = "litellm"
+            else:
+                client = "direct" if self.model.startswith("openai/") and _is_loopback(self.api_base) else "litellm"
+            self._route = (key, client)
+        return self._route[1]
 
     def start(self) -> None:
         """Import litellm now (seconds on a busy machine), not inside the first call's deadline."""

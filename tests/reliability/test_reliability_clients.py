@@ -1,9 +1,11 @@
 """The direct OpenAI-compatible client and litellm classify every failure alike.
 
-Loopback ``openai/`` servers are called with a pooled httpx client, everything else through
-litellm (``builtin/litellm_backend.py``). Both share one classification; these tests make
-the same faulty replies reach both paths and compare what the backend raises or returns,
-and run the thousand-call fault-injection matrix through litellm as well (the matrix in
+Loopback ``openai/`` servers are called with a direct aiohttp client awaited on the shared
+event loop, everything else through litellm on a thread (``builtin/litellm_backend.py``).
+Both share one classification; these tests make the same faulty replies reach both paths
+and compare what the backend raises or returns, then what the harness makes of it
+(``ModelCaller``: the async path against the sync one, deadlines included), and run the
+thousand-call fault-injection matrix through litellm as well (the matrix in
 test_reliability_faults.py runs on the direct client, the default for loopback servers).
 """
 
@@ -23,6 +25,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from budgetbench_core import GenerationParams, Message  # noqa: E402
 from budgetbench_core.builtin.litellm_backend import LiteLLMBackend  # noqa: E402
+from budgetbench_core.failfast import FailFast  # noqa: E402
+from budgetbench_core.model_calls import CallFailed, ModelCaller  # noqa: E402
 from budgetbench_core.testing import EXTRA_FAULTS, FAULTS, FaultServer  # noqa: E402
 
 MESSAGES = [Message("user", "What is the capital of France?")]
@@ -98,6 +102,45 @@ class _StatusServer(ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def harness_outcome(backend: LiteLLMBackend) -> tuple:
+    """What the harness made of one call with no retry: the reply, or the failure's attempts and
+    whether fail fast took it for a refusal."""
+    fail_fast = FailFast()
+    caller = ModelCaller(backend, None, 4, retries=0, fail_fast=fail_fast)
+    try:
+        c = caller.call(MESSAGES, GenerationParams(8, 0.0, 1)).completion
+        return ("ok", c.text, c.prompt_tokens, c.completion_tokens)
+    except CallFailed as exc:
+        return ("failed", exc.attempts, fail_fast.fatal, "transport error" in str(exc))
+
+
+@pytest.mark.parametrize("fault", ["500", "429", "close", "hang", "trickle", "malformed", "null_content", "400", None])
+def test_the_harness_treats_each_fault_alike_on_the_async_and_the_sync_path(fault, monkeypatch):
+    """The direct client is awaited on the event loop, litellm runs on a sandbox thread; a
+    hang and a trickle are cut by the same total deadline on both."""
+    results = {}
+    for client in ("litellm", "direct"):
+        with FaultServer(
+            rate=1.0 if fault else 0.0,
+            faults=(fault,) if fault else FAULTS,
+            hang_s=3.0,
+            trickle_s=0.2,
+            count_prompt=lambda messages: 17,
+        ) as server:
+            if client == "litellm":
+                monkeypatch.setenv("BUDGETBENCH_HTTP_CLIENT", "litellm")
+            else:
+                monkeypatch.delenv("BUDGETBENCH_HTTP_CLIENT", raising=False)
+            backend = LiteLLMBackend("openai/fault-model", api_base=server.url, timeout_s=1.5)
+            assert backend.async_calls() is (client == "direct")
+            results[client] = harness_outcome(backend)
+    assert results["direct"] == results["litellm"], results
+    transport = fault in ("500", "429", "close", "hang", "trickle", "malformed")
+    assert results["direct"][0] == ("ok" if fault is None else "failed")
+    if fault:
+        assert results["direct"] == ("failed", 1, False, transport)
 
 
 @pytest.mark.parametrize(
