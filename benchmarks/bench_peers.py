@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -335,7 +336,7 @@ def main() -> None:
             result = run_child(name, command, env, server, args.samples, args.timeout)
             results.append(result)
             print(json.dumps(result)[:600], flush=True)
-    ideal = args.samples * args.delay / args.concurrency
+    ideal = math.ceil(args.samples / args.concurrency) * args.delay  # waves of `concurrency` calls
     ok = {r["harness"]: r for r in results if "error" not in r}
     ratios = {}
     if "budgetbench" in ok:
