@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,20 +45,60 @@ def loop_cpu() -> float:
     return time.clock_gettime(time.pthread_getcpuclockid(ident))
 
 
+def threads_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every live thread of this process, by thread id, with its name."""
+    out = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            out[thread.ident] = (thread.name, time.clock_gettime(time.pthread_getcpuclockid(thread.ident)))
+        except OSError:  # the thread ended in the meantime
+            pass
+    return out
+
+
+def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], cells: int) -> dict:
+    """Where the harness's CPU per cell went, in ms: the event loop (HTTP client), the cells'
+    threads (prompt, count, cache, log, grade), the sandbox's plugin threads (strategy, tokenizer)."""
+    kinds: dict[str, float] = {}
+    for ident, (name, seconds) in after.items():
+        kind = (
+            "event_loop"
+            if name == "budgetbench-event-loop"
+            else "plugin_threads"
+            if name.startswith("plugin")
+            else "cell_threads"
+            if name.startswith("ThreadPoolExecutor")
+            else "main_and_other"
+        )
+        kinds[kind] = kinds.get(kind, 0.0) + seconds - before.get(ident, (name, 0.0))[1]
+    return {kind: round(value / cells * 1e3, 3) for kind, value in sorted(kinds.items())}
+
+
 def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> dict:
     server.reset()
-    loop_started = loop_cpu()
+    snapshots: list[dict[int, tuple[str, float]]] = []
+
+    def started(total: int, per: int) -> None:
+        if "start" not in marks:
+            marks.update(start=time.perf_counter(), cpu=time.process_time(), loop=loop_cpu())
+            snapshots.append(threads_cpu())
+
+    def finished_one() -> None:
+        finished.append(time.perf_counter())
+        cpu.append(time.process_time())
+        if len(finished) == cells:  # the cells' threads are still alive: their CPU is readable
+            snapshots.append(threads_cpu())
+
     marks: dict[str, float] = {}
     finished: list[float] = []
     config = short_history_config(server, out, cells, concurrency)
     cpu: list[float] = []
     summary = run(
         config,
-        on_start=lambda total, per: (
-            marks.setdefault("start", time.perf_counter()),
-            marks.setdefault("cpu", time.process_time()),
-        ),
-        progress=lambda name, n: (finished.append(time.perf_counter()), cpu.append(time.process_time())),
+        on_start=started,
+        progress=lambda name, n: finished_one(),
     )
     stats = server.stats()
     results = sum(1 for e in iter_events(out) if e["event"] == "result")
@@ -73,7 +114,8 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
         "max_inflight": stats["max_inflight"],
         "requests": stats["requests"],
         "harness_cpu_ms_per_cell": (cpu[-1] - marks["cpu"]) / cells * 1e3,
-        "event_loop_cpu_ms_per_cell": (loop_cpu() - loop_started) / cells * 1e3,
+        "event_loop_cpu_ms_per_cell": (loop_cpu() - marks["loop"]) / cells * 1e3,
+        "cpu_ms_per_cell_by_thread": cpu_by_kind(snapshots[0], snapshots[-1], cells),
     }
 
 
@@ -132,6 +174,7 @@ def main() -> None:
                     f"{result['harness_cpu_ms_per_cell']:.2f} ms per cell "
                     f"(event loop {result['event_loop_cpu_ms_per_cell']:.2f})"
                 )
+            print("  CPU ms per cell by thread:", {r["concurrency"]: r["cpu_ms_per_cell_by_thread"] for r in measured})
             rounds.append(measured)
     summary = {}
     for index, level in enumerate(LEVELS):

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-BEAT_S = 0.1
+BEAT_S = 0.25
 STALL_S = 1.0
 CLOSE_S = 2.0
 
