@@ -10,7 +10,14 @@
    milliseconds per item (wall, and this process's CPU time, which a busy machine inflates
    less; for the server tokenizer the work is in the server), and how many tokenizer requests were made (the per-message
    cache means each message is counted once per item, and truncation only looks at the
-   newest messages that can fit, so the time must not grow with the history).
+   newest messages that can fit, so the time must not grow with the history). Also the
+   ``hf:`` tokenizer (transformers' conversion of the embedded model's GGUF, saved as a
+   folder), piece-wise and, for comparison, counting whole texts as it did before.
+4. Counting's share of a cell's CPU in the runner's setting (LongMemEval_S, truncation,
+   five tiers, tiktoken): the strategy (its estimates and ``fit``), the canonical prompt
+   and the gate (exact count and the prompt's one serialisation), per cell, with a fresh
+   counter per run and once more with every message already counted (what is left when
+   tiktoken's own encoding of each message is taken away).
 
     .venv/bin/python benchmarks/bench_counting.py [--repeats 3]
 """
@@ -18,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +33,14 @@ from _common import longmemeval_items, machine, median, require_data, write_resu
 
 from budgetbench_core import Item, Message, PromptCounter, StrategyContext
 from budgetbench_core.builtin.strategies import Truncation
-from budgetbench_core.builtin.tokenizers import ServerTokenizer, TiktokenTokenizer, server_tokenizer
+from budgetbench_core.builtin.tokenizers import (
+    HuggingFaceTokenizer,
+    ServerTokenizer,
+    TiktokenTokenizer,
+    server_tokenizer,
+)
+from budgetbench_core.gate import gate
+from budgetbench_core.sandbox import canonical_prompt
 
 TIERS = [2048, 4096, 8192, 16384, 32768]
 
@@ -113,6 +128,47 @@ def truncation_item(make_tokenizer, item: Item) -> dict:
     }
 
 
+def cell_counting(items: list[Item], repeats: int) -> dict:
+    """CPU per cell of counting in the runner's steps (strategy, canonical prompt, gate), over
+    ``items`` at five tiers with tiktoken: cold (a fresh counter, as a run starts) and warm
+    (every message counted before, so tiktoken's encoding is left out)."""
+
+    def sweep(counter: PromptCounter) -> float:
+        cpu = time.process_time()
+        for item in items:
+            for budget in TIERS:
+                context = StrategyContext(
+                    item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path(".")
+                )
+                prompt = canonical_prompt(Truncation().apply(item.history, budget, context))
+                assert gate(prompt, budget, counter).admitted
+        return (time.process_time() - cpu) * 1e3 / (len(items) * len(TIERS))
+
+    cold, warm = [], []
+    for _ in range(repeats):
+        counter = PromptCounter(TiktokenTokenizer("cl100k_base"))
+        counter.estimate([Message(role, "") for role in ("system", "user", "assistant")])
+        cold.append(sweep(counter))
+        warm.append(sweep(counter))
+    return {
+        "items": len(items),
+        "cells": len(items) * len(TIERS),
+        "cpu_ms_per_cell": round(median(cold), 3),
+        "cpu_ms_per_cell_messages_counted_before": round(median(warm), 3),
+        "tiktoken_encoding_ms_per_cell": round(median(cold) - median(warm), 3),
+    }
+
+
+def hf_folder(backend, folder: Path) -> Path:
+    """The embedded model's tokenizer and chat template as an hf: folder (transformers'
+    conversion of the GGUF), so the hf: path runs offline."""
+    from transformers import AutoTokenizer
+
+    model = Path(backend.model_path)
+    AutoTokenizer.from_pretrained(str(model.parent), gguf_file=model.name).save_pretrained(folder)
+    return folder
+
+
 def history_of(tokens: int, pool: list[Item]) -> Item:
     """An item whose history is the LongMemEval_S histories of ``pool`` one after another,
     cut once it holds ``tokens`` tiktoken tokens (two items give the 200K-token history)."""
@@ -147,8 +203,14 @@ def main() -> None:
         "tiktoken": lambda: TiktokenTokenizer("cl100k_base"),
     }
     results: dict = {"machine": start, "tiers": TIERS}
+    scratch = tempfile.TemporaryDirectory()
     try:
         pool = longmemeval_items(8)
+        results["cell_counting_tiktoken"] = cell_counting(pool, args.repeats)
+        print(
+            f"counting per cell, LongMemEval_S, truncation, five tiers, tiktoken: {results['cell_counting_tiktoken']}"
+        )
+        folder = hf_folder(backend, Path(scratch.name) / "hf")
         item = max(pool, key=lambda i: sum(len(m.content) for m in i.history))
         results["history"] = {"item": item.id, "messages": len(item.history)}
         for name, make in tokenizers.items():
@@ -168,7 +230,19 @@ def main() -> None:
             tokenizer._specials = []
             return tokenizer
 
-        for name, make in {**tokenizers, "server-whole-texts (before)": whole_texts}.items():
+        def hf_whole_texts():
+            """The hf: tokenizer as it was before piece-wise counting: every count encodes the whole text."""
+            tokenizer = HuggingFaceTokenizer(str(folder))
+            tokenizer._patterns = []
+            return tokenizer
+
+        compared = {
+            **tokenizers,
+            "server-whole-texts (before)": whole_texts,
+            "hf": lambda: HuggingFaceTokenizer(str(folder)),
+            "hf-whole-texts (before)": hf_whole_texts,
+        }
+        for name, make in compared.items():
             for size, history_item in synthetic.items():
                 runs = [truncation_item(make, history_item) for _ in range(args.repeats)]
                 figure = {
@@ -186,18 +260,25 @@ def main() -> None:
         )
     finally:
         backend.stop()
+        scratch.cleanup()
     figures = results["truncation_five_tiers"]
     results["targets"] = {
         "tiktoken": "truncation over a 200K-token history at five tiers < 100 ms per item",
         "server": "the same with the exact server tokenizer < 200 ms per item",
     }
+    cell = results["cell_counting_tiktoken"]
+    print(
+        f"counting per cell (LongMemEval_S, five tiers, tiktoken): {cell['cpu_ms_per_cell']} ms CPU, of which "
+        f"{cell['tiktoken_encoding_ms_per_cell']} ms is tiktoken encoding each message once"
+    )
     results["met"] = {
         "tiktoken": figures["tiktoken:200000"]["ms_per_item"] < 100,
         "server": figures["server:200000"]["ms_per_item"] < 200,
     }
     print(
         f"200K-token history, five tiers: tiktoken {figures['tiktoken:200000']['ms_per_item']} ms (target < 100), "
-        f"server {figures['server:200000']['ms_per_item']} ms (target < 200)"
+        f"server {figures['server:200000']['ms_per_item']} ms (target < 200), "
+        f"hf {figures['hf:200000']['ms_per_item']} ms (whole texts: {figures['hf-whole-texts (before):200000']['ms_per_item']} ms)"
     )
     write_result("counting", results)
 
