@@ -29,8 +29,11 @@ Each peer is installed by this script, at a pinned version, into a virtualenv of
 (``--inspect-venv``, ``--lm-eval-venv``), never into the project's; lm-eval needs torch,
 which pip takes from this machine's wheel directory (the CPU build, ~190 MB).
 
+Every harness runs ``--repeats`` times (3), in rounds whose order rotates; the figures are
+the medians, with the range of samples/s.
+
     .venv/bin/python benchmarks/bench_peers.py [--samples 200] [--delay 0.2] [--concurrency 16]
-        [--peers inspect_ai,lm-eval]
+        [--peers inspect_ai,lm-eval] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import FakeOpenAI, machine, write_result
+from _common import FakeOpenAI, machine, median, write_result
 
 HERE = Path(__file__).resolve().parent
 
@@ -303,7 +306,8 @@ def main() -> None:
     parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated, from {', '.join(PEERS)}")
     parser.add_argument("--inspect-venv", default="/tmp/peer-venv")
     parser.add_argument("--lm-eval-venv", default="/tmp/peer-venv-lm-eval")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per harness")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every harness; medians are reported")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per harness and round")
     args = parser.parse_args()
     chosen = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = sorted(set(chosen) - set(PEERS))
@@ -331,13 +335,16 @@ def main() -> None:
             script = Path(tmp) / f"{name}_child.py"
             script.write_text(PEERS[name][2])
             children[name] = [str(pythons[name]), str(script), *common]
-        for name, command in children.items():
-            command.append(str(Path(tmp) / name))
-            result = run_child(name, command, env, server, args.samples, args.timeout)
-            results.append(result)
-            print(json.dumps(result)[:600], flush=True)
+        names = list(children)
+        for round_ in range(args.repeats):  # rounds rotate the order, so no harness always goes first
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                command = [*children[name], str(Path(tmp) / f"{name}-{round_}")]
+                result = {"round": round_, **run_child(name, command, env, server, args.samples, args.timeout)}
+                results.append(result)
+                print(json.dumps(result)[:600], flush=True)
     ideal = math.ceil(args.samples / args.concurrency) * args.delay  # waves of `concurrency` calls
-    ok = {r["harness"]: r for r in results if "error" not in r}
+    summary = {name: summarise([r for r in results if r["harness"] == name]) for name in names}
+    ok = {name: s for name, s in summary.items() if s["failed_runs"] == 0}
     ratios = {}
     if "budgetbench" in ok:
         for name, result in ok.items():
@@ -346,7 +353,7 @@ def main() -> None:
                     "throughput_ratio": round(ok["budgetbench"]["samples_per_s"] / result["samples_per_s"], 3),
                     "cpu_per_call_ratio": round(ok["budgetbench"]["cpu_ms_per_call"] / result["cpu_ms_per_call"], 3),
                 }
-    peers = [r["samples_per_s"] for n, r in ok.items() if n != "budgetbench"]
+    peers = [s["samples_per_s"] for n, s in ok.items() if n != "budgetbench"]
     write_result(
         "peers",
         {
@@ -354,33 +361,56 @@ def main() -> None:
             "samples": args.samples,
             "delay_s": args.delay,
             "concurrency": args.concurrency,
+            "repeats": args.repeats,
             "ideal_wall_s": ideal,
             "definitions": "wall_s: the harness's whole timed evaluation call (after a one-sample warm-up in the "
             "same process), its log/results written inside; samples_per_s = samples / wall_s; cpu_ms_per_call = "
-            "that call's process CPU / samples",
+            "that call's process CPU / samples; summary: medians over the rounds",
             "peers_requested": chosen,
-            "results": results,
+            "summary": summary,
             "budgetbench_vs": ratios,
             "target": "BudgetBench throughput >= the fastest peer's",
             "met": len(peers) == len(chosen)
             and "budgetbench" in ok
             and ok["budgetbench"]["samples_per_s"] >= max(peers, default=0),
+            "results": results,
         },
     )
-    print(f"ideal wall {ideal:.2f} s; {'harness':14} {'wall s':>7} {'samples/s':>9} {'CPU ms/call':>11} {'held':>5}")
-    for r in results:
-        if "error" in r:
-            print(f"{r['harness']:14} failed: {r['error'].strip()[-300:]}")
-        else:
-            print(
-                f"{r['harness']:14} {r['wall_s']:7.2f} {r['samples_per_s']:9.1f} {r['cpu_ms_per_call']:11.2f} "
-                f"{r['server_max_inflight']:5d}   (warm-up: {r['warmup_wall_s']:.2f} s wall, "
-                f"{r['warmup_cpu_s']:.2f} s CPU)"
-            )
+    spread = [r[k] for r in results for k in ("load_average_before", "load_average_after")]
+    print(
+        f"{args.samples} samples, {args.delay} s server delay, concurrency {args.concurrency}: ideal wall "
+        f"{ideal:.2f} s; medians of {args.repeats} round(s), load average {min(spread)}-{max(spread)}"
+    )
+    print(f"{'harness':14} {'wall s':>7} {'samples/s':>9} {'(range)':>13} {'CPU ms/call':>11} {'held':>5}")
+    for name, s in summary.items():
+        if s["failed_runs"] == len([r for r in results if r["harness"] == name]):
+            print(f"{name:14} failed: {s['last_error'][-300:]}")
+            continue
+        low, high = s["samples_per_s_range"]
+        failed = f"  {s['failed_runs']} run(s) failed" if s["failed_runs"] else ""
+        print(
+            f"{name:14} {s['wall_s']:7.2f} {s['samples_per_s']:9.1f} {f'({low}-{high})':>13} "
+            f"{s['cpu_ms_per_call']:11.2f} {s['server_max_inflight']:5d}{failed}"
+        )
     for name, ratio in ratios.items():
         print(
             f"BudgetBench / {name}: throughput x{ratio['throughput_ratio']}, CPU per call x{ratio['cpu_per_call_ratio']}"
         )
+
+
+def summarise(runs: list[dict]) -> dict:
+    """One harness over the rounds: medians of the runs that succeeded."""
+    good = [r for r in runs if "error" not in r]
+    out: dict = {"runs": len(runs), "failed_runs": len(runs) - len(good)}
+    if len(good) < len(runs):
+        out["last_error"] = [r for r in runs if "error" in r][-1]["error"]
+    if good:
+        for key in ("wall_s", "samples_per_s", "cpu_ms_per_call", "warmup_wall_s", "warmup_cpu_s"):
+            out[key] = round(median(r[key] for r in good), 3)
+        out["samples_per_s_range"] = [min(r["samples_per_s"] for r in good), max(r["samples_per_s"] for r in good)]
+        out["server_max_inflight"] = max(r["server_max_inflight"] for r in good)
+        out["version"] = good[-1]["version"]
+    return out
 
 
 if __name__ == "__main__":
