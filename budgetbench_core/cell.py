@@ -146,7 +146,7 @@ class AuxChannel:
         if self.cell.closed:
             raise self._refuse(purpose, "the cell had already ended")
         outcome: CallOutcome = self.caller.call(
-            gated.prompt, GenerationParams(int(max_tokens), 0.0, self.seed), self.deadline
+            gated.prompt, GenerationParams(int(max_tokens), 0.0, self.seed), self.deadline, chat_json=gated.chat_json
         )
         completion = outcome.completion
         for warning in outcome.warnings:

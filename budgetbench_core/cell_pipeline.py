@@ -152,7 +152,7 @@ def send(run: Run, cell: CellLog, gated: Gated, repeat: int) -> Any:
     params = GenerationParams(run.max_output_tokens, run.config.temperature, run.config.seed + repeat)
     strategy_s = cell.strategy_s
     try:
-        outcome = run.caller.call(gated.prompt, params)
+        outcome = run.caller.call(gated.prompt, params, chat_json=gated.chat_json)
     except CallFailed as exc:
         cell.finish(
             Error,

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,8 +40,22 @@ _BEARER = re.compile(r"(\bbearer\s+)(?!<)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 _PIECE = 12  # a piece of a key this long is redacted too (some providers quote part of it back)
 
 
+_seen_environment: tuple[dict[Any, Any], list[tuple[str, str]]] = ({}, [])
+
+
 def _secrets() -> list[tuple[str, str]]:
-    return [(name, value) for name, value in os.environ.items() if len(value) >= 8 and _SECRET_VARIABLE.search(name)]
+    """The secret-looking variables of the environment as it is now. Scanning it costs ~60 µs,
+    several times per cell; it is rescanned whenever ``os.environ`` differs from the last scan
+    (one C-level comparison of its raw data)."""
+    global _seen_environment
+    raw = getattr(os.environ, "_data", None)
+    seen, secrets = _seen_environment
+    if type(raw) is dict and raw == seen:
+        return secrets
+    secrets = [(name, value) for name, value in os.environ.items() if len(value) >= 8 and _SECRET_VARIABLE.search(name)]
+    if type(raw) is dict:
+        _seen_environment = (dict(raw), secrets)
+    return secrets
 
 
 def redact(text: str) -> str:
@@ -64,12 +79,17 @@ def redact(text: str) -> str:
     # The two patterns scan the whole text (tens of KB for a prompt audit); run each only
     # when its word occurs. ``re.IGNORECASE`` also matches "ı" and "İ" (lower: "i" + U+0307)
     # to "i", so those are folded first: the check finds a superset of what the pattern can.
-    lowered = text.lower()
-    if "\u0131" in lowered or "\u0307" in lowered:
-        lowered = lowered.replace("\u0131", "i").replace("\u0307", "")
-    if "authorization" in lowered:
+    # Outside the dotted and dotless i, no character lowers to an ASCII letter of either word,
+    # so lowering the UTF-8 bytes (ASCII letters only, several times faster than str.lower
+    # on non-Latin-1 text) finds the same words.
+    if "\u0130" in text or "\u0131" in text:
+        lowered: str | bytes = text.lower().replace("\u0131", "i").replace("\u0307", "")
+        words: tuple[str | bytes, str | bytes] = ("authorization", "bearer")
+    else:
+        lowered, words = text.encode("utf-8", "surrogatepass").lower(), (b"authorization", b"bearer")
+    if words[0] in lowered:  # type: ignore[operator]
         text = _AUTHORIZATION.sub(lambda m: m.group(1) + "<redacted>", text)
-    if "bearer" in lowered:
+    if words[1] in lowered:  # type: ignore[operator]
         text = _BEARER.sub(lambda m: m.group(1) + "<redacted>", text)
     return text
 
@@ -98,8 +118,19 @@ def cell_path(run_dir: Path, task: str, strategy: str, budget: int, repeat: int)
     return run_dir / "cells" / safe_name(task) / safe_name(strategy) / str(int(budget)) / f"r{int(repeat)}.jsonl"
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """UTC now, ISO 8601 to the millisecond (``datetime.isoformat`` of the whole second made
+    once a second: it is on every event line)."""
+    global _second
+    moment = time.time()
+    second = int(moment)
+    if second != _second[0]:
+        _second = (second, datetime.fromtimestamp(second, UTC).isoformat())
+    text = _second[1]
+    return f"{text[:19]}.{int((moment - second) * 1000):03d}{text[19:]}"
 
 
 def _cut_torn_tail(path: Path) -> None:
@@ -126,19 +157,70 @@ def _cut_torn_tail(path: Path) -> None:
         handle.truncate(0)
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+_FRAGMENT_CHARS = 16_000_000  # the message texts kept serialised, at most (then forgotten)
+_fragments: dict[tuple, str] = {}
+_KEYABLE = frozenset({str, int, bool, type(None)})
+_fragment_chars = [0]
+
+
+def _message_json(message: Any) -> str:
+    """``_dumps(message)`` for one ``{role, content, metadata}`` dict, remembered: the tiers of
+    an item audit the same history messages again and again."""
+    role, content, metadata = message.get("role"), message.get("content"), message.get("metadata") or {}
+    if (
+        type(role) is not str
+        or type(content) is not str
+        or type(metadata) is not dict
+        or not set(map(type, metadata.values())) <= _KEYABLE
+    ):
+        return _dumps(message)  # nested or float metadata (1 == 1.0 == True; -0.0 == 0.0): not remembered
+    key = (role, content, tuple(metadata.items()), tuple(map(type, metadata.values())), tuple(message))
+    text = _fragments.get(key)
+    if text is None:
+        text = _dumps(message)
+        if _fragment_chars[0] + len(text) > _FRAGMENT_CHARS:
+            _fragments.clear()
+            _fragment_chars[0] = 0
+        _fragments[key] = text
+        _fragment_chars[0] += len(text)
+    return text
+
+
+def _event_json(row: dict[str, Any]) -> str:
+    """``_dumps(row)``, with a ``messages`` list (a prompt audit's tens of KB) joined from
+    per-message pieces: the same text, byte for byte, as serialising the row whole."""
+    messages = row.get("messages")
+    if type(messages) is not list or not messages or not all(type(m) is dict for m in messages):
+        return _dumps(row)
+    keys = list(row)
+    at = keys.index("messages")
+    head = _dumps({k: row[k] for k in keys[:at]}) if at else "{}"
+    tail = _dumps({k: row[k] for k in keys[at + 1 :]})
+    body = "[" + ", ".join(map(_message_json, messages)) + "]"
+    return (head[:-1] + ", " if at else "{") + '"messages": ' + body + (", " + tail[1:] if len(tail) > 2 else "}")
+
+
 class EventLog:
     """Appends events to the per-cell JSONL files of one run directory (thread-safe)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._handles: dict[Path, Any] = {}
+        self._paths: dict[tuple, Path] = {}
         self._lock = threading.Lock()
 
     def append(self, event: dict[str, Any], path: Path | None = None) -> None:
         """Append ``event`` to its cell's file (or to ``path``, e.g. ``late_calls.jsonl``)."""
         if path is None:
-            path = cell_path(self.run_dir, event["task"], event["strategy"], event["budget"], event["repeat"])
-        line = redact(json.dumps({"time": now(), **event}, ensure_ascii=False, default=str)) + "\n"
+            key = (event["task"], event["strategy"], event["budget"], event["repeat"])
+            path = self._paths.get(key)
+            if path is None:
+                path = self._paths[key] = cell_path(self.run_dir, *key)
+        line = redact(_event_json({"time": now(), **event})) + "\n"
         with self._lock:
             handle = self._handles.get(path)
             if handle is None:

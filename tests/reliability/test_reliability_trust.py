@@ -693,6 +693,47 @@ def test_a_server_that_trickles_bytes_is_cut_at_the_total_deadline(tmp_path, reg
 # ----------------------------------------------------------------- 4. names on disk
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'headers: {"Authorization": "Bearer sk-abcdefgh12345678"} ü',
+        "AUTHORIZATION= token sk-abcdefgh12345678 \u4e2d",
+        "authorİzation: sk-abcdefgh12345678",
+        "AUTHORıZATION: sk-abcdefgh12345678 \u4e2d",
+        "see BeArEr sk-abcdefgh12345678 in the log \U0001f600",
+    ],
+)
+def test_redaction_finds_the_header_words_in_any_case_and_script(text):
+    """The words are looked for in the lowered UTF-8 bytes (fast); the dotted and dotless i,
+    which the pattern also matches, take the str path."""
+    from budgetbench_core.runlog import redact
+
+    assert "sk-abcdefgh12345678" not in redact(text) and "<redacted>" in redact(text)
+
+
+def test_an_event_line_joined_from_remembered_messages_is_the_whole_serialisation():
+    """Prompt audits are serialised per message, remembered across tiers: the text must be what
+    ``json.dumps`` of the whole row gives, for values that compare equal but print apart too."""
+    from budgetbench_core.runlog import _event_json
+
+    def message(value):
+        return {"role": "user", "content": "same \u00e9 \u2028", "metadata": {"v": value}}
+
+    rows = [
+        {"time": "t", "event": "prompt_audit", "messages": [message(v)], "strategy_audit": {"n": [1]}, "evidence": None}
+        for v in (1, True, 1.0, -0.0, 0.0, None, "1", [1], {"a": 1})
+    ]
+    rows += [
+        {"messages": [{"content": "x", "role": "user"}, {"role": "user", "content": "x"}]},
+        {"time": 1, "messages": [{"role": "user", "content": "x", "metadata": {}}], "x": {"y": float("nan")}},
+        {"time": 1, "messages": []},
+        {"time": 1, "messages": ["not a dict"]},
+    ]
+    for _ in range(2):  # the second pass reads what the first remembered
+        for row in rows:
+            assert _event_json(row) == json.dumps(row, ensure_ascii=False, default=str)
+
+
 def test_names_on_disk_are_injective():
     names = ["user/42", "user_42", "User_42", "user 42", "a" * 200, "a" * 199 + "b", ".", "..", "", "x~1", "ü", "u"]
     mapped = [safe_name(n) for n in names]
