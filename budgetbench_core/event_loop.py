@@ -79,7 +79,7 @@ class Submission:
 
     def outcome(self, timeout: float) -> tuple[str, Any]:
         """The boxed outcome; ``TimeoutError`` when it is not there within ``timeout`` seconds."""
-        if not self._done.acquire(timeout=max(0.0, timeout)):
+        if not self._done.acquire(timeout=min(max(0.0, timeout), threading.TIMEOUT_MAX)):
             raise TimeoutError
         assert self._outcome is not None
         return self._outcome

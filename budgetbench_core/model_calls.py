@@ -163,10 +163,13 @@ class ModelCaller:
 
     def _attempt_async(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline) -> Completion:
         """The attempt as a coroutine on the shared loop; the slot is released when it has finished."""
-        if not self._slots.acquire(timeout=deadline.remaining()):
+        loop = shared_loop()
+        if not self._slots.acquire(timeout=min(deadline.remaining(), threading.TIMEOUT_MAX)):
+            stall = loop.stall()
             raise TransportError(
                 f"no connection free within the total deadline of {deadline.seconds:g} s "
-                f"({self.max_connections} calls to this model still in flight)"
+                f"({self.max_connections} calls to this model still in flight; nothing sent)"
+                + (f"; {stall}" if stall else "")
             )
         backend = self.backend
 
@@ -176,7 +179,6 @@ class ModelCaller:
                 return _NotAwaitable(type(awaitable).__name__)
             return await awaitable
 
-        loop = shared_loop()
         try:
             submission = loop.submit(attempt, self.plugin.describe(), self._slots.release)
         except BaseException:

@@ -249,18 +249,32 @@ def test_transport_errors_of_a_coroutine_are_retried():
 
 
 def test_a_coroutine_that_blocks_the_loop_is_named_and_does_not_hang_the_run():
+    blocking_now = threading.Event()
+
     async def blocking(messages, params):
-        time.sleep(2.5)  # the plugin's bug: the whole loop waits
+        blocking_now.set()
+        time.sleep(3)  # the plugin's bug: the whole loop waits
         return completion()
 
     class Blocker(Scripted):
         name = "blocker"
 
-    with pytest.raises(CallFailed) as failed:
-        caller(Blocker(blocking), timeout_s=1.5).call(MESSAGES, PARAMS)
-    message = str(failed.value)
-    assert "total deadline of 1.5 s" in message
-    assert "the shared event loop has not run for" in message and "backend 'blocker' blocks it" in message
+    failures: dict[str, str] = {}
+
+    def blocked_call():
+        with pytest.raises(CallFailed) as failed:
+            caller(Blocker(blocking), timeout_s=1.5).call(MESSAGES, PARAMS)
+        failures["blocker"] = str(failed.value)
+
+    thread = threading.Thread(target=blocked_call)
+    thread.start()
+    assert blocking_now.wait(30)
+    with pytest.raises(CallFailed) as bystander:  # another backend on the same loop, sent while it is held
+        caller(Scripted(lambda m, p: _ok()), timeout_s=1.2).call(MESSAGES, PARAMS)
+    thread.join(30)
+    for message in (failures["blocker"], str(bystander.value)):
+        assert "no complete reply within the total deadline" in message
+        assert "the shared event loop has not run for" in message and "backend 'blocker' blocks it" in message
     assert caller(Scripted(lambda m, p: _ok()), timeout_s=30).call(MESSAGES, PARAMS).completion.text == "ok"
 
 

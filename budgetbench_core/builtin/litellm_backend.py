@@ -319,8 +319,11 @@ _SESSION = "litellm-backend:aiohttp"
 def _new_session() -> aiohttp.ClientSession:
     """One pooled session on the shared loop for every direct-client backend of the process.
     No connection limit here: the harness holds each model to its own (``ModelCaller``).
-    Idle connections are dropped after 4 s, before llama.cpp's server closes them (5 s)."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0))
+    Idle connections are dropped after 4 s, before llama.cpp's server closes them (5 s).
+    No cookie jar: an OpenAI-compatible API keeps no session state in cookies."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0), cookie_jar=aiohttp.DummyCookieJar()
+    )
 
 
 async def _close_session(session: aiohttp.ClientSession) -> None:
