@@ -459,3 +459,26 @@ def test_hf_a_five_tier_sweep_encodes_each_message_once(hf_folder):
     assert counter.count(prompts[-1]) == tokenizer._whole(largest)
     assert len(encoded) == len(set(encoded)), "a piece was encoded twice"
     assert sum(map(len, encoded)) <= 1.05 * len(largest), "messages were encoded again at a later tier"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(["system", "user", "assistant"]),
+            st.lists(
+                st.one_of(
+                    TEXTS, st.sampled_from(["<|endoftext|>", "<|fim_prefix|>", " ", "\n\n", "12", "👋🏽", "<|im_end|>"])
+                ),
+                max_size=8,
+            ).map("".join),
+        ),
+        max_size=8,
+    )
+)
+def test_tiktoken_count_of_the_rendered_prompt_equals_its_count_of_the_messages(history):
+    """``count_rendered(render(m)) == count(m)``: the markers one token each, special-token text
+    in a content counted as text (as OpenAI counts a user's text)."""
+    tokenizer = TiktokenTokenizer("cl100k_base")
+    messages = [Message(role, content) for role, content in history if not tokenizer._MARKERS.search(content)]
+    assert tokenizer.count_rendered(tokenizer.render(messages)) == tokenizer.count(messages)

@@ -312,6 +312,14 @@ class TiktokenTokenizer(Tokenizer):
             self.PER_MESSAGE + self.count_text(m.role) + self.count_text(m.content) for m in messages
         )
 
+    _MARKERS = re.compile(r"<\|start\|>|<\|message\|>|<\|end\|>")
+
+    def count_rendered(self, prompt: str) -> int:
+        """A prompt ``render`` made: one token per marker, the text between them as text, so
+        that it equals ``count`` of the messages (unless a content holds a marker's text)."""
+        parts = self._MARKERS.split(prompt)
+        return len(parts) - 1 + sum(self.count_text(p) for p in parts if p)
+
 
 def _alternation(tokens: Sequence[str]) -> re.Pattern[str] | None:
     """A pattern matching ``tokens`` leftmost-longest (the longest alternative first, as the
