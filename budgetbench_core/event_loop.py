@@ -100,6 +100,7 @@ class SharedLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.beat = time.monotonic()
+        self.escaped: list[str] = []  # what plugin callbacks raised past asyncio (SystemExit, KeyboardInterrupt)
         self._resources: dict[str, tuple[Any, Callable[[Any], Awaitable[Any]]]] = {}
         started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(started,), daemon=True, name="budgetbench-event-loop")
@@ -110,7 +111,12 @@ class SharedLoop:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(started.set)
         self.loop.call_soon(self._beat)
-        self.loop.run_forever()
+        while True:
+            try:
+                self.loop.run_forever()
+                return  # close() stopped it
+            except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin's callback: the loop goes on
+                self.escaped.append(f"{type(exc).__name__} escaped a callback on the event loop")
 
     def _beat(self) -> None:
         self.beat = time.monotonic()

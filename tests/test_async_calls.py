@@ -221,6 +221,20 @@ async def _ok():
     return completion()
 
 
+def test_a_system_exit_raised_in_a_plugin_callback_does_not_stop_the_loop():
+    def leave():
+        raise SystemExit("from a callback")
+
+    async def schedules(messages, params):
+        asyncio.get_running_loop().call_soon(leave)
+        return completion("scheduled")
+
+    loop = shared_loop()
+    assert caller(Scripted(schedules)).call(MESSAGES, PARAMS).completion.text == "scheduled"
+    assert caller(Scripted(lambda m, p: _ok()), timeout_s=30).call(MESSAGES, PARAMS).completion.text == "ok"
+    assert loop.thread.is_alive() and "SystemExit escaped a callback on the event loop" in loop.escaped
+
+
 def test_an_acomplete_that_is_no_coroutine_is_an_unusable_completion():
     class Sync(Backend):
         name = "not-async"
