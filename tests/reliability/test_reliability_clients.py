@@ -172,3 +172,13 @@ def test_the_fault_matrix_through_litellm(tmp_path, monkeypatch):
 
     monkeypatch.setenv("BUDGETBENCH_HTTP_CLIENT", "litellm")
     test_reliability_faults.test_thousand_calls_with_injected_faults(tmp_path)
+
+
+def test_both_clients_treat_a_refused_connection_alike(monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on once this closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    results = both(f"http://127.0.0.1:{port}/v1", monkeypatch)
+    assert results["direct"] == results["litellm"] == ("TransportError", None, False), results
