@@ -16,7 +16,7 @@ from .backends import GenerationParams
 from .cell import AuxChannel, CellLog
 from .events import Admitted, Error, PromptAudit, Result, Violation, Warning
 from .evidence import evidence_outcome
-from .gate import AuxiliaryBudgetError, Gated, gate, served_over_budget
+from .gate import AuxiliaryBudgetError, Gated, admit, served_over_budget
 from .memory_systems import IngestLossError, MemorySystemStrategy
 from .messages import Item, Message
 from .model_calls import CallFailed
@@ -26,8 +26,10 @@ from .sandbox import (
     PluginRef,
     PrivateView,
     PromptError,
+    Stage,
+    StageFailure,
     canonical_prompt,
-    contained,
+    contained_stages,
     describe_exception,
     json_safe_or_empty,
     validate_prompt,
@@ -74,14 +76,30 @@ def build_prompt(
         validate_prompt(item, prompt)
         if not view.intact():
             raise PromptError("the strategy mutated the history it was given")
-        return prompt, dropped, json_safe_or_empty(context.audit)
+        copied = json_safe_or_empty(context.audit)
+        cell.strategy_s = time.monotonic() - started
+        return prompt, dropped, copied
 
-    started = time.perf_counter()
-    try:
-        prompt, dropped, audit = contained("strategy", run.ref("strategy", name), apply, deadline)
-    except PluginFailure as failure:
-        strategy_s = time.perf_counter() - started
+    started = time.monotonic()
+    try:  # one handoff: the strategy's call, then the tokenizer's (each with its own deadline and blame)
+        (prompt, dropped, audit), gated = contained_stages(
+            Stage("strategy", run.ref("strategy", name), lambda _: apply(), deadline),
+            Stage(
+                "counting",
+                run.tokenizer_ref,
+                lambda built: (built, admit(built[0], budget, run.counter, built[1])),
+                float(run.config.item_timeout_s),
+            ),
+        )
+    except StageFailure as stopped:
+        failure = stopped.failure
         cell.close()  # a thread left behind can no longer reach the server through `complete`
+        if stopped.stage == 1:
+            cell.fail(
+                "counting", run.tokenizer_ref, f"token counting failed: {failure.cause}", strategy_s=cell.strategy_s
+            )
+            return None
+        spent = time.monotonic() - started
         if failure.timed_out:
             run._discard_strategy(name)
         original = failure.original
@@ -92,7 +110,7 @@ def build_prompt(
                 prompt_tokens=original.prompt_tokens,
                 cause=describe_exception(original),
                 plugin=name,
-                strategy_s=strategy_s,
+                strategy_s=spent,
             )
             return None
         phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
@@ -102,22 +120,10 @@ def build_prompt(
             phase,
             PluginRef("strategy", name, failure.plugin.distribution),
             _strategy_cause(name, item, failure),
-            strategy_s=strategy_s,
+            strategy_s=spent,
         )
         return None
-    strategy_s = time.perf_counter() - started
-    cell.strategy_s = strategy_s
-    try:
-        gated = contained(
-            "counting",
-            run.tokenizer_ref,
-            lambda: gate(prompt, budget, run.counter),
-            Deadline.within(run.config.item_timeout_s, None),
-        )
-    except PluginFailure as failure:
-        cell.close()
-        cell.fail("counting", run.tokenizer_ref, f"token counting failed: {failure.cause}", strategy_s=strategy_s)
-        return None
+    strategy_s = cell.strategy_s
     cell.evidence = evidence_outcome(run.evidence.get(item.id, ()), gated.prompt)
     cell.emit(
         PromptAudit,
@@ -193,26 +199,19 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
         strategy_s=strategy_s,
     )
     task_ref = run.ref("task", run.config.task)
-    try:
-        prediction = contained(
-            "extract",
-            task_ref,
-            lambda: run.task.extract_prediction(item, completion.text),
-            Deadline(run.config.item_timeout_s),
-        )
+    grader_ref = run.ref("grader", run.grader_name)
+
+    def extracted(_: None) -> str:
+        prediction = run.task.extract_prediction(item, completion.text)
         if not isinstance(prediction, str):
             raise PluginFailure(
                 "extract",
                 task_ref,
                 f"task {run.config.task!r} extract_prediction returned {type(prediction).__name__}, not str",
             )
-        prediction = str.__str__(prediction)
-    except PluginFailure as failure:
-        cell.fail("extract", task_ref, f"extracting the prediction failed: {failure.cause}", **failed)
-        return
-    grader_ref = run.ref("grader", run.grader_name)
+        return str.__str__(prediction)
 
-    def checked_verdict() -> tuple[float, Any]:
+    def checked_verdict(prediction: str) -> tuple[str, float, Any]:
         verdict = run.grader.grade(item, prediction, run.grading_context)
         quality = verdict.quality
         if isinstance(quality, bool) or not isinstance(quality, (int, float)):
@@ -220,14 +219,20 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
         quality = float(quality)
         if not 0.0 <= quality <= 1.0:
             raise ValueError(f"quality {quality} outside [0, 1]")
-        return quality, json_safe_or_empty(verdict.detail)
+        return prediction, quality, json_safe_or_empty(verdict.detail)
 
-    try:
-        quality, detail = contained(
-            "grading", grader_ref, checked_verdict, Deadline(max(run.config.item_timeout_s, run.config.timeout_s * 4))
+    try:  # one handoff: the task's extraction, then the grader (each with its own deadline and blame)
+        prediction, quality, detail = contained_stages(
+            Stage("extract", task_ref, extracted, float(run.config.item_timeout_s)),
+            Stage(
+                "grading", grader_ref, checked_verdict, float(max(run.config.item_timeout_s, run.config.timeout_s * 4))
+            ),
         )
-    except PluginFailure as failure:
-        cell.fail("grading", grader_ref, f"grading failed: {failure.cause}", **failed)
+    except StageFailure as stopped:
+        if stopped.stage == 0:
+            cell.fail("extract", task_ref, f"extracting the prediction failed: {stopped.failure.cause}", **failed)
+        else:
+            cell.fail("grading", grader_ref, f"grading failed: {stopped.failure.cause}", **failed)
         return
     served = completion.prompt_tokens
     cell.finish(

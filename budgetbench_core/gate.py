@@ -2,7 +2,8 @@
 
 Answer prompts and auxiliary calls (summaries, compression) go through the same ``gate``:
 the messages are rebuilt as the canonical prompt (``sandbox.canonical_prompt``), counted
-exactly with the chat template, and hashed. Only ``Gated.prompt`` is ever sent. After a
+exactly with the chat template, and hashed (``admit`` does the last two for the prompt the
+runner has just canonicalised itself). Only ``Gated.prompt`` is ever sent. After a
 call, ``served_over_budget`` checks the server's own count: a served count above the
 budget is a violation, whatever our count said.
 """
@@ -81,8 +82,18 @@ def gate(messages: Any, budget: int, counter: PromptCounter) -> Gated:
     """
     dropped: list[str] = []
     prompt = canonical_prompt(list(tuple.__iter__(messages)) if isinstance(messages, tuple) else messages, dropped)
+    return admit(prompt, budget, counter, dropped)
+
+
+def admit(prompt: tuple[Message, ...], budget: int, counter: PromptCounter, dropped: Sequence[str] = ()) -> Gated:
+    """Count and hash a prompt that ``sandbox.canonical_prompt`` has just built: plain messages
+    no plugin holds, so they are not copied again (on a 500-message history that second copy
+    held the GIL as long as the strategy did). Anything a plugin handed over goes through ``gate``.
+    """
+    if type(prompt) is not tuple or not all(type(m) is Message for m in prompt):
+        raise TypeError("admit takes the tuple of plain messages canonical_prompt built; use gate for anything else")
     tokens = exact_count(counter, prompt)
-    return Gated(prompt, tokens, int(budget), chat_json(prompt), dropped)
+    return Gated(prompt, tokens, int(budget), chat_json(prompt), list(dropped))
 
 
 def served_over_budget(served_prompt_tokens: int | None, budget: int) -> bool:

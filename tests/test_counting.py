@@ -482,3 +482,26 @@ def test_tiktoken_count_of_the_rendered_prompt_equals_its_count_of_the_messages(
     tokenizer = TiktokenTokenizer("cl100k_base")
     messages = [Message(role, content) for role, content in history if not tokenizer._MARKERS.search(content)]
     assert tokenizer.count_rendered(tokenizer.render(messages)) == tokenizer.count(messages)
+
+
+def test_admit_counts_only_the_plain_prompt_canonical_prompt_built():
+    """``admit`` skips the copy ``gate`` makes, so it takes nothing a plugin could still hold."""
+    from budgetbench_core.gate import admit, gate
+    from budgetbench_core.sandbox import canonical_prompt
+
+    class Sub(Message):
+        pass
+
+    counter = PromptCounter(TiktokenTokenizer("cl100k_base"))
+    messages = [Message("system", "s", {"session_id": "a"}), Message("user", "q?")]
+    dropped: list[str] = []
+    prompt = canonical_prompt(messages, dropped)
+    via_gate, via_admit = gate(messages, 100, counter), admit(prompt, 100, counter, dropped)
+    assert (via_admit.tokens, via_admit.chat_json, via_admit.prompt) == (
+        via_gate.tokens,
+        via_gate.chat_json,
+        via_gate.prompt,
+    )
+    for wrong in (list(prompt), (Sub("user", "q?"),), ("q?",)):
+        with pytest.raises(TypeError, match="use gate"):
+            admit(wrong, 100, counter)  # type: ignore[arg-type]
