@@ -58,6 +58,14 @@ def _secrets() -> list[tuple[str, str]]:
     return secrets
 
 
+def _any_block(value: str, text: str) -> bool:
+    """Whether ``text`` may hold a ``_PIECE``-long piece of ``value``: every such piece holds
+    one of the value's aligned blocks of half that length, so a text holding none of them
+    (a handful of scans instead of one per piece) holds no piece."""
+    half = _PIECE // 2
+    return any(value[start : start + half] in text for start in range(0, len(value) - half + 1, half))
+
+
 def redact(text: str) -> str:
     """``text`` with every secret replaced, before anything is truncated or written.
 
@@ -71,7 +79,7 @@ def redact(text: str) -> str:
     for name, value in _secrets():
         if value in text:
             text = text.replace(value, f"<{name} redacted>")
-        if len(value) >= 16 and not any(c.isspace() or c in "/\\" for c in value):
+        if len(value) >= 16 and not any(c.isspace() or c in "/\\" for c in value) and _any_block(value, text):
             for start in range(len(value) - _PIECE + 1):
                 piece = value[start : start + _PIECE]
                 if piece in text:
@@ -161,6 +169,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+_REMEMBER_FROM = 8192  # characters of message content from which pieces are remembered
 _FRAGMENT_CHARS = 16_000_000  # the message texts kept serialised, at most (then forgotten)
 _fragments: dict[tuple, str] = {}
 _KEYABLE = frozenset({str, int, bool, type(None)})
@@ -196,6 +205,8 @@ def _event_json(row: dict[str, Any]) -> str:
     messages = row.get("messages")
     if type(messages) is not list or not messages or not all(type(m) is dict for m in messages):
         return _dumps(row)
+    if sum(len(c) for m in messages if type(c := m.get("content")) is str) < _REMEMBER_FROM:
+        return _dumps(row)  # a short prompt: remembering its pieces costs more than it saves
     keys = list(row)
     at = keys.index("messages")
     head = _dumps({k: row[k] for k in keys[:at]}) if at else "{}"

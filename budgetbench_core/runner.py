@@ -187,6 +187,27 @@ def canonical_item(task: str, item: Any) -> Item:
     )
 
 
+_MRO = type.__dict__["__mro__"].__get__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def resets_nothing(strategy: Any) -> bool:
+    """True when ``strategy.reset`` can only be ``MemoryStrategy.reset``, which does nothing:
+    no class before it defines ``reset``, no class defines attribute lookup of its own, and the
+    instance holds no ``reset``. Read from the type's own slots, never through the plugin."""
+    mro = _MRO(type(strategy))
+    base = next((index for index, klass in enumerate(mro) if klass is MemoryStrategy), None)
+    if base is None or any("reset" in _CLASS_DICT(klass) for klass in mro[:base]):
+        return False
+    if any("__getattribute__" in _CLASS_DICT(k) or "__getattr__" in _CLASS_DICT(k) for k in mro if k is not object):
+        return False
+    try:
+        own = object.__getattribute__(strategy, "__dict__")
+    except AttributeError:
+        return True
+    return type(own) is dict and "reset" not in own
+
+
 class Run:
     """One run directory being filled. Build with ``Run(config, registry)``, then ``execute()``."""
 
@@ -583,9 +604,10 @@ class Run:
         item, view = unit.item, PrivateView(unit.item)
         strategy = self._strategy(unit.strategy)
         try:
-            contained(
-                "reset", self.ref("strategy", unit.strategy), strategy.reset, Deadline(self.config.item_timeout_s)
-            )
+            if not resets_nothing(strategy):  # the base class's no-op needs no worker
+                contained(
+                    "reset", self.ref("strategy", unit.strategy), strategy.reset, Deadline(self.config.item_timeout_s)
+                )
         except PluginFailure as failure:
             self._discard_strategy(unit.strategy)
             for budget, repeat in unit.todo:

@@ -41,6 +41,7 @@ from budgetbench_core import gate as gate_module
 from budgetbench_core import testing as kit_module
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.cache import CacheError
+from budgetbench_core.memory_systems import MemorySystemStrategy
 from budgetbench_core.plugins import PluginInfo, load_registry
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_events, safe_name
 from budgetbench_core.runner import RunConfigError
@@ -625,6 +626,66 @@ def test_a_strategy_editing_metadata_behind_its_proxy_is_an_error(tmp_path, regi
     assert all(("error", "strategy") == (r["event"], r["phase"]) and "mutated" in r["cause"] for r in edited)
 
 
+class _Plain(MemoryStrategy):
+    name, regime = "plain", Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        return context.frame([])
+
+
+class _ResetsInMixin:
+    def reset(self):
+        RELEASE.wait(60)
+
+
+class _MixinFirst(_ResetsInMixin, _Plain):
+    pass
+
+
+class _LooksUp(_Plain):
+    def __getattribute__(self, name):
+        return object.__getattribute__(self, name)
+
+
+class _PretendMeta(type(MemoryStrategy)):
+    def __eq__(cls, other):
+        return True
+
+    __hash__ = type.__hash__
+
+
+class _Pretends(_ResetsInMixin, metaclass=_PretendMeta):
+    def apply(self, history, budget, context):
+        return context.frame([])
+
+
+def _with_own_reset():
+    strategy = _Plain()
+    strategy.reset = lambda: RELEASE.wait(60)
+    return strategy
+
+
+@pytest.mark.parametrize(
+    ("make", "skipped"),
+    [
+        (_Plain, True),
+        (type("Subclass", (_Plain,), {}), True),
+        (HangsInReset, False),
+        (_MixinFirst, False),
+        (_LooksUp, False),
+        (_Pretends, False),
+        (_with_own_reset, False),
+        (lambda: MemorySystemStrategy(EchoIds()), False),
+    ],
+)
+def test_only_the_base_no_op_reset_skips_its_worker(make, skipped):
+    """A strategy that inherits ``MemoryStrategy.reset`` (nothing to do) is not handed to a
+    worker for it; any other reset, however it is reached, is still contained."""
+    from budgetbench_core.runner import resets_nothing
+
+    assert resets_nothing(make()) is skipped
+
+
 def test_a_hung_reset_is_timed_out(tmp_path, registry):
     with FaultServer() as server:
         summary = run(
@@ -711,20 +772,31 @@ def test_redaction_finds_the_header_words_in_any_case_and_script(text):
     assert "sk-abcdefgh12345678" not in redact(text) and "<redacted>" in redact(text)
 
 
+def test_every_piece_of_a_key_is_redacted_wherever_it_starts(monkeypatch):
+    """The piece search is skipped when no aligned half-piece block occurs: every window of the
+    key, at every offset, must still be found."""
+    from budgetbench_core.runlog import redact
+
+    monkeypatch.setenv("TRUST_PIECES_API_KEY", KEY)
+    for start in range(len(KEY) - 12 + 1):
+        piece = KEY[start : start + 12]
+        assert piece not in redact(f"quoted back: ...{piece}... in an error")
+
+
 def test_an_event_line_joined_from_remembered_messages_is_the_whole_serialisation():
     """Prompt audits are serialised per message, remembered across tiers: the text must be what
     ``json.dumps`` of the whole row gives, for values that compare equal but print apart too."""
     from budgetbench_core.runlog import _event_json
 
     def message(value):
-        return {"role": "user", "content": "same \u00e9 \u2028", "metadata": {"v": value}}
+        return {"role": "user", "content": "same \u00e9 \u2028" + PAD * 2, "metadata": {"v": value}}  # long
 
     rows = [
         {"time": "t", "event": "prompt_audit", "messages": [message(v)], "strategy_audit": {"n": [1]}, "evidence": None}
         for v in (1, True, 1.0, -0.0, 0.0, None, "1", [1], {"a": 1})
     ]
     rows += [
-        {"messages": [{"content": "x", "role": "user"}, {"role": "user", "content": "x"}]},
+        {"messages": [{"content": PAD * 2, "role": "user"}, {"role": "user", "content": PAD * 2}]},
         {"time": 1, "messages": [{"role": "user", "content": "x", "metadata": {}}], "x": {"y": float("nan")}},
         {"time": 1, "messages": []},
         {"time": 1, "messages": ["not a dict"]},
