@@ -303,6 +303,20 @@ def test_a_prompt_counted_through_a_strategys_objects_does_not_change_the_gates_
     with pytest.raises(TypeError, match="Message objects"):
         counter.count(["not a message"])  # type: ignore[list-item]
 
+    class Recording(TiktokenTokenizer):
+        given: list = []
+
+        def count(self, messages):
+            self.given.extend(messages)
+            return super().count(messages)
+
+    recording = PromptCounter(Recording("cl100k_base"))
+    own = [Message("user", "a strategy's own message")]
+    recording.count(own)
+    # the tokenizer counts copies: changing the strategy's object afterwards (from another
+    # thread, say) cannot change what was stored under the key it was read with
+    assert [type(m) for m in Recording.given] == [Message] and Recording.given[0] is not own[0]
+
 
 def test_tiktoken_encodes_each_text_once_however_many_items_are_in_flight():
     """The old 8192-entry LRU re-encoded whole prompts once 128 items' messages were in flight."""
