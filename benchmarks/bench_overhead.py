@@ -12,6 +12,7 @@ logging, grading and the HTTP client. Rows give the split (strategy_s, latency_s
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -164,6 +165,7 @@ def main() -> None:
         "overhead",
         {
             "machine": start,
+            "load_average_end": [round(x, 2) for x in os.getloadavg()],  # the machine is shared: busy at the end too?
             "budgets": BUDGETS,
             "items": args.items,
             "strategy": "truncation",

@@ -626,6 +626,50 @@ def test_a_strategy_editing_metadata_behind_its_proxy_is_an_error(tmp_path, regi
     assert all(("error", "strategy") == (r["event"], r["phase"]) and "mutated" in r["cause"] for r in edited)
 
 
+def _stages(first, second, second_deadline=5.0):
+    strategy, tokenizer = sandbox.PluginRef("strategy", "s", "dist-s"), sandbox.PluginRef("tokenizer", "t", "dist-t")
+    return sandbox.contained_stages(
+        sandbox.Stage("strategy", strategy, first, sandbox.Deadline(5.0)),
+        sandbox.Stage("counting", tokenizer, second, second_deadline),
+    )
+
+
+def _hang(_):
+    RELEASE.wait(60)
+
+
+def _raise(error):
+    def raising(_):
+        raise error
+
+    return raising
+
+
+def test_chained_plugin_calls_keep_their_own_blame_and_deadlines():
+    """Two plugin calls on one handoff: a failure or a hang in either names its own plugin and
+    phase, the second's deadline runs from its own start, and whatever the first raises
+    (another phase's PhaseError, a forged PluginFailure) is still the first's."""
+    import time
+
+    assert _stages(lambda _: 2, lambda value: value * 3) == 6
+    with pytest.raises(sandbox.StageFailure) as caught:
+        _stages(lambda _: 1, _raise(ValueError("bad count")))
+    assert caught.value.stage == 1 and caught.value.failure.plugin.name == "t"
+    assert caught.value.failure.cause == "tokenizer 't' (dist-t) failed in counting: ValueError: bad count"
+    with pytest.raises(sandbox.StageFailure) as caught:
+        _stages(lambda _: time.sleep(0.6), _hang, second_deadline=0.5)  # the first took longer than the second may
+    assert caught.value.stage == 1 and caught.value.failure.timed_out
+    assert "tokenizer 't' (dist-t) did not return within 0.5 s (counting)" == caught.value.failure.cause
+    forged = sandbox.PluginFailure("counting", sandbox.PluginRef("tokenizer", "t"), "blame the tokenizer")
+    for error in (sandbox.PhaseError("counting", KeyError("x")), forged, SystemExit(3)):
+        with pytest.raises(sandbox.StageFailure) as caught:
+            _stages(_raise(error), lambda value: value)
+        assert caught.value.stage == 0
+    with pytest.raises(sandbox.StageFailure) as caught:
+        sandbox.contained_stages(sandbox.Stage("strategy", sandbox.PluginRef("strategy", "s"), _hang, 0.3))
+    assert caught.value.stage == 0 and caught.value.failure.timed_out
+
+
 class _Plain(MemoryStrategy):
     name, regime = "plain", Regime.LOCAL_ONLY
 
