@@ -263,9 +263,11 @@ class ServerTokenizer(Tokenizer):
         frame = self._frame(role) if specials else None
         if frame is None or not specials:
             return self.count_text(content)
+        piece = frame[0] + content + frame[1]
         if self._vocabulary is not None:
-            return self._vocabulary.count(frame[0] + content + frame[1])
-        return self._split_count(frame[0] + content + frame[1], specials)
+            counted = self._pieces.get(piece)  # the server's own count, when a prompt held the piece already
+            return counted if counted is not None else self._vocabulary.count(piece)
+        return self._split_count(piece, specials)
 
 
 class TiktokenTokenizer(Tokenizer):
