@@ -190,6 +190,8 @@ def main() -> None:
                 "event_loop_cpu_ms_per_cell",
             )
         }
+    for level in summary.values():
+        level["max_inflight"] = int(level["max_inflight"])  # a count, not a median of two
     print("median:", summary, "targets (share of ideal):", TARGETS)
     retry_after = 0.5
     # Fewer 429s in a row than fail fast's limit (10), which would stop the run.
