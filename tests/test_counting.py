@@ -496,6 +496,8 @@ def test_tiktoken_count_of_the_rendered_prompt_equals_its_count_of_the_messages(
     tokenizer = TiktokenTokenizer("cl100k_base")
     messages = [Message(role, content) for role, content in history if not tokenizer._MARKERS.search(content)]
     assert tokenizer.count_rendered(tokenizer.render(messages)) == tokenizer.count(messages)
+    for _, content in history:
+        assert tokenizer.count_text(content) == len(tokenizer.encoding.encode(content, disallowed_special=()))
 
 
 def test_admit_counts_only_the_plain_prompt_canonical_prompt_built():

@@ -304,7 +304,8 @@ class TiktokenTokenizer(Tokenizer):
         )
 
     def _encoded_length(self, text: str) -> int:
-        return len(self.encoding.encode(text, disallowed_special=()))
+        # special-token text counted as text: encode(text, disallowed_special=()), ~5% faster
+        return len(self.encoding.encode_ordinary(text))
 
     def count_text(self, text: str) -> int:
         return self._counts.count(text, self._encoded_length)
