@@ -147,9 +147,13 @@ class SharedLoop:
         if silent < STALL_S:
             return None
         task = asyncio.current_task(self.loop)
-        holder = task.get_name() if task is not None else "code outside any model call (a callback)"
+        if task is None:  # no call's coroutine is running: a plugin's callback, or a starved process
+            return (
+                f"the shared event loop has not run for {silent:.1f} s and no model call holds it "
+                f"(a plugin's callback that blocks, or a machine too busy to run it)"
+            )
         return (
-            f"the shared event loop has not run for {silent:.1f} s: {holder} blocks it "
+            f"the shared event loop has not run for {silent:.1f} s: {task.get_name()} blocks it "
             f"(an async backend must await, never block)"
         )
 

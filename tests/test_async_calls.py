@@ -292,6 +292,23 @@ def test_a_coroutine_that_blocks_the_loop_is_named_and_does_not_hang_the_run():
     assert caller(Scripted(lambda m, p: _ok()), timeout_s=30).call(MESSAGES, PARAMS).completion.text == "ok"
 
 
+def test_a_blocking_callback_is_told_apart_from_a_blocking_call():
+    blocking_now = threading.Event()
+
+    def stuck():
+        blocking_now.set()
+        time.sleep(2.5)
+
+    async def schedules(messages, params):
+        asyncio.get_running_loop().call_soon(stuck)
+        return completion("scheduled")
+
+    assert caller(Scripted(schedules)).call(MESSAGES, PARAMS).completion.text == "scheduled"
+    assert blocking_now.wait(30)
+    with pytest.raises(CallFailed, match="has not run for .* s and no model call holds it"):
+        caller(Scripted(lambda m, p: _ok()), timeout_s=1.2).call(MESSAGES, PARAMS)
+
+
 def test_a_refused_key_costs_one_call_on_the_async_path():
     with FaultServer(route_default=(401, {"error": {"message": "bad key"}})) as server:
         backend = LiteLLMBackend("openai/fault-model", api_base=server.url, timeout_s=10)
