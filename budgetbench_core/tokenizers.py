@@ -107,7 +107,7 @@ class CountCache:
     ``str`` (a ``str`` subclass is copied first).
     """
 
-    def __init__(self, size: int = 1 << 18, recent_chars: int = 1 << 23) -> None:
+    def __init__(self, size: int = 1 << 18, recent_chars: int = 1 << 21) -> None:
         self._size = size
         self._recent_limit = recent_chars
         self._by_digest: dict[bytes, int] = {}
