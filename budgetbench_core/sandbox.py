@@ -363,6 +363,11 @@ def json_safe_or_empty(value: Any, dropped: list[str] | None = None) -> Any:
 def canonical_message(value: Any, where: str, dropped: list[str] | None = None) -> Message:
     """A plain core ``Message`` rebuilt from the fields stored on ``value`` (a Message or a
     subclass); properties and overridden methods of a subclass are never consulted."""
+    return _message(*_canonical_fields(value, where, dropped))
+
+
+def _canonical_fields(value: Any, where: str, dropped: list[str] | None) -> tuple[str, str, dict[str, Any]]:
+    """Role, content and a metadata dict of our own, read as ``canonical_message`` reads them."""
     if not isinstance(value, Message):
         raise PromptError(f"{where} is a {type(value).__name__}, not a Message")
     try:
@@ -392,11 +397,12 @@ def canonical_message(value: Any, where: str, dropped: list[str] | None = None) 
             meta = {}
         if dropped is not None:
             dropped.extend(f"{where}.metadata{p[1:]}" for p in lost)
-    return _message(role, content, meta)
+    return role, content, meta
 
 
 _FLAT_TYPES = frozenset({str, int, bool, type(None)})
 _STR = frozenset({str})
+_FLAT_OR_FLOAT = _FLAT_TYPES | {float}
 
 
 def _utf8(text: str) -> bool:
@@ -423,11 +429,10 @@ def _flat_copy(metadata: Any) -> dict[str, Any] | None:
     if type(metadata) is not dict and type(metadata) is not MappingProxyType:
         return None
     out = dict(metadata)
-    if not set(map(type, out)) <= _STR:
+    if not _STR.issuperset(map(type, out)):
         return None
-    kinds = set(map(type, out.values()))
-    if not kinds <= _FLAT_TYPES:
-        if not kinds <= _FLAT_TYPES | {float}:
+    if not _FLAT_TYPES.issuperset(map(type, out.values())):
+        if not _FLAT_OR_FLOAT.issuperset(map(type, out.values())):
             return None
         if not all(math.isfinite(v) for v in out.values() if type(v) is float):
             return None
@@ -523,8 +528,11 @@ class PrivateView:
 
     def __init__(self, item: Item) -> None:
         head = (item.system,) if item.system is not None else ()
-        metadata = [_own_metadata(m.metadata) for m in (*head, *item.history, item.query)]
-        messages = [_message(m.role, m.content, d) for m, d in zip((*head, *item.history, item.query), metadata)]
+        given = (*head, *tuple.__iter__(item.history), item.query)  # an episode's turn holds the task's objects
+        # metadata dicts of its own; nested values are copies (json_safe), so nothing mutable is shared
+        fields = [_canonical_fields(m, f"message {index} of the item", None) for index, m in enumerate(given)]
+        metadata = [meta for _, _, meta in fields]
+        messages = [_message(*field) for field in fields]
         system = messages[0] if head else None
         self.item = replace(item, history=tuple(messages[len(head) : -1]), query=messages[-1], system=system)
         self._fields = object.__getattribute__(self.item, "__dict__")
@@ -560,12 +568,3 @@ class PrivateView:
         if len(pairs) != len(self._pairs) or not all(map(is_, pairs, self._pairs)):
             return False  # a metadata dict edited (reached through gc, say)
         return all(repr(json_safe_or_empty(d.get(key))) == text for d, key, text in self._nested)
-
-
-def _own_metadata(metadata: Any) -> dict[str, Any]:
-    """A metadata dict of the view's own: flat values shared (immutable), nested ones copied."""
-    flat = _flat_copy(metadata)
-    if flat is not None:
-        return flat
-    copied = json_safe_or_empty(metadata)
-    return copied if isinstance(copied, dict) else {}
