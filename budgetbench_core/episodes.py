@@ -40,6 +40,7 @@ from .sandbox import (
     Deadline,
     PluginFailure,
     PrivateView,
+    PromptError,
     canonical_prompt,
     contained,
     describe_exception,
@@ -257,7 +258,16 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
         end_reason = "max_turns"
         for turn in range(task.turn_limit()):
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
-            view = PrivateView(turn_item)
+            try:
+                view = PrivateView(turn_item)  # read from stored fields: the task's objects run no code here
+            except PromptError as exc:
+                cell.fail(
+                    "episode",
+                    task_ref,
+                    f"task {run.config.task!r} gave a message the harness cannot use at turn {turn} of item "
+                    f"{item.id!r}: {exc}",
+                )
+                return
             deadline = Deadline(run.config.item_timeout_s)
             context = StrategyContext(
                 item=view.item,
@@ -299,15 +309,20 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
             all_cached = all_cached and outcome.cached
             last_reply = completion.text
             before = 0 if turn == 0 else len(user.calls)  # turn 0 also counts the user's opening calls
-            try:
-                step = contained(
-                    "episode",
-                    task_ref,
-                    functools.partial(episode.step, completion.text),
-                    Deadline(run.config.item_timeout_s),
-                )
+
+            def stepped(reply: str) -> tuple[Step, tuple[Message, ...]]:
+                step = episode.step(reply)
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")
+                return step, canonical_prompt(list(step.messages))  # checked here: blamed on the task
+
+            try:
+                step, appended = contained(
+                    "episode",
+                    task_ref,
+                    functools.partial(stepped, completion.text),
+                    Deadline(run.config.item_timeout_s),
+                )
             except PluginFailure as failure:
                 cell.fail(
                     "episode",
@@ -332,7 +347,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                     done=step.done,
                     tool_error=step.tool_error,
                     record=step.record,
-                    appended=[m.to_dict() for m in canonical_prompt(list(step.messages))],
+                    appended=[m.to_dict() for m in appended],
                     user_calls=user_calls,
                 ).row(),
                 run.run_dir / EPISODE_LOG,

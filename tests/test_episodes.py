@@ -230,3 +230,67 @@ def test_report_summarises_episodes_per_cell():
         "end_reasons": "done 1; error 1; max_turns 1; violation 1",
     }
     assert episode_columns([{"event": "result", "quality": 1.0}], binary=True) == {}
+
+
+class _ToolRoleEpisode:
+    """An episode whose step answers with a message of a role the harness does not send."""
+
+    system = None
+
+    def __init__(self, opening_role="user"):
+        self.opening_role = opening_role
+
+    def opening(self):
+        return [Message(self.opening_role, "what the tool said before"), Message("user", "10")]
+
+    def step(self, reply):
+        from budgetbench_core import Step
+
+        return Step((Message("assistant", reply), Message("tool", "result of the tool")))
+
+    def outcome(self, end_reason):
+        return {"reward": 1.0}
+
+
+def test_a_message_the_harness_cannot_use_ends_the_episode_as_the_tasks_error(tmp_path):
+    """The strategy's view is read from the messages' stored fields: a turn holding a message of
+    an unknown role is an error row naming the task (phase episode), never a crashed run."""
+    from budgetbench_core import EpisodicTask, Item, hookimpl
+    from budgetbench_core.testing import FaultServer
+
+    class ToolRoleTask(EpisodicTask):
+        name, default_grader, max_output_tokens = "tool-role", "exact-match", 8
+
+        def load(self, limit, seed):
+            yield Item(id="in-a-step", history=(), query=Message("user", "10"), answer="9")
+            yield Item(id="in-the-opening", history=(), query=Message("user", "10"), answer="9")
+
+        def episode(self, item, user):
+            return _ToolRoleEpisode("tool" if item.id == "in-the-opening" else "user")
+
+    plugin = types.SimpleNamespace(register_tasks=hookimpl(lambda register: register(ToolRoleTask)))
+    with FaultServer() as server:
+        summary = run(
+            RunConfig(
+                task="tool-role",
+                strategies=["truncation"],
+                budgets=[500],
+                out=tmp_path / "run",
+                model="openai/fault-model",
+                api_base=server.url,
+                tokenizer="tiktoken:cl100k_base",
+                retries=0,
+            ),
+            registry=registry_with(plugin, distribution="tool-role-test"),
+        )
+    rows = {key[4]: row for key, row in final_rows(tmp_path / "run").items()}
+    assert summary.errors == 2 and summary.results == 0
+    for row in rows.values():
+        assert (row["event"], row["phase"], row["plugin"], row["distribution"]) == (
+            "error",
+            "episode",
+            "tool-role",
+            "tool-role-test",
+        )
+    assert "unknown roles ['tool']" in rows["in-a-step"]["cause"] and "turn 0" in rows["in-a-step"]["cause"]
+    assert "unknown role 'tool'" in rows["in-the-opening"]["cause"] and "turn 0" in rows["in-the-opening"]["cause"]
