@@ -542,12 +542,17 @@ class PrivateView:
         self._stored = list(chain.from_iterable(map(dict.values, self._dicts)))
         self._metadata = tuple(metadata)
         self._pairs = list(chain.from_iterable(chain.from_iterable(map(dict.items, metadata))))
-        self._nested = [
-            (d, key, repr(json_safe_or_empty(value)))
-            for d in metadata
-            for key, value in d.items()
-            if type(value) not in _FLAT_TYPES and type(value) is not float
-        ]
+        flat = _FLAT_OR_FLOAT.issuperset(map(type, chain.from_iterable(map(dict.values, metadata))))
+        self._nested = (
+            []
+            if flat
+            else [
+                (d, key, repr(json_safe_or_empty(value)))
+                for d in metadata
+                for key, value in d.items()
+                if type(value) not in _FLAT_TYPES and type(value) is not float
+            ]
+        )
 
     def intact(self) -> bool:
         """True when nothing of the view differs from what it was made with."""
