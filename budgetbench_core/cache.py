@@ -13,25 +13,36 @@ import hashlib
 import json
 import sqlite3
 import threading
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from .backends import Completion, GenerationParams
 from .runlog import RunLogError, redact
 
-_FIELDS = {f.name for f in fields(Completion)}
+_NAMES = tuple(f.name for f in fields(Completion))
+_FIELDS = frozenset(_NAMES)
 
 
 class CacheError(RunLogError):
     """The cache file cannot be read at all; the message says how to recover."""
 
 
+_HEADS: dict[tuple[str, str | None, GenerationParams], Any] = {}
+
+
 def cache_key(model: str, api_base: str | None, chat_json: str, params: GenerationParams) -> str:
     """sha256 of (model, api base, parameters) then the messages' chat JSON as sent
-    (``gate.chat_json``, serialised once per prompt; never serialised again here)."""
-    head = json.dumps({"model": model, "api_base": api_base, "params": params.to_dict()}, sort_keys=True)
-    digest = hashlib.sha256(head.encode("utf-8", "surrogatepass"))
-    digest.update(b"\n")
+    (``gate.chat_json``, serialised once per prompt; never serialised again here). The
+    hash of the head is made once per (model, api base, parameters) and copied."""
+    head = _HEADS.get((model, api_base, params))
+    if head is None:
+        text = json.dumps({"model": model, "api_base": api_base, "params": params.to_dict()}, sort_keys=True)
+        head = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+        head.update(b"\n")
+        if len(_HEADS) < 1024:  # a run has a handful; a sweep of parameters is not kept for ever
+            _HEADS[(model, api_base, params)] = head
+    digest = head.copy()
     digest.update(chat_json.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
@@ -100,7 +111,8 @@ class ResponseCache:
         return self.lookup(key)[0]
 
     def put(self, key: str, completion: Completion) -> None:
-        text = redact(json.dumps(asdict(completion), ensure_ascii=False))
+        # Its fields are plain values (``plain_completion``): no deep copy (``asdict``) needed.
+        text = redact(json.dumps({name: getattr(completion, name) for name in _NAMES}, ensure_ascii=False))
         try:
             with self._lock:
                 self._db.execute("INSERT OR REPLACE INTO responses (key, completion) VALUES (?, ?)", (key, text))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
 import os
 import threading
@@ -36,18 +37,16 @@ class Submission:
     The coroutine's outcome is boxed, never raised into the loop: ``("value", v)`` or
     ``("error", exc)`` for *anything* it raised (``SystemExit`` and ``KeyboardInterrupt``
     would otherwise stop the loop itself, and a ``CancelledError`` nobody asked for is
-    the plugin's). ``on_done`` runs once on the loop thread when the coroutine has really
-    finished, or when it was cancelled before it started: that is when a connection slot
-    is free again, not when the waiting thread gave up.
+    the plugin's). ``started`` says whether the loop has begun it; a submission cancelled
+    before that is never started.
     """
 
-    def __init__(
-        self, shared: SharedLoop, function: Callable[[], Awaitable[Any]], name: str, on_done: Callable[[], None]
-    ) -> None:
-        self._shared = shared
+    __slots__ = ("_loop", "_function", "_name", "_done", "_outcome", "_abandoned", "_task", "started")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, function: Callable[[], Awaitable[Any]], name: str) -> None:
+        self._loop = loop
         self._function = function
         self._name = name
-        self._on_done = on_done
         # A bare lock, held until the outcome is in: the cheapest hand-back between threads
         # (a concurrent Future's Condition cost the loop ~0.2 ms per reply at 128 in flight).
         self._done = threading.Lock()
@@ -55,14 +54,13 @@ class Submission:
         self._outcome: tuple[str, Any] | None = None
         self._abandoned = False
         self._task: asyncio.Task[None] | None = None
-        shared.loop.call_soon_threadsafe(self._start)
+        self.started = False
 
     def _start(self) -> None:
         if self._abandoned:  # the caller gave up before the loop got to it: never sent
-            self._on_done()
             return
-        self._task = self._shared.loop.create_task(self._guarded(), name=self._name)
-        self._task.add_done_callback(lambda _: self._on_done())
+        self.started = True
+        self._task = self._loop.create_task(self._guarded(), name=self._name)
 
     async def _guarded(self) -> None:
         try:
@@ -87,7 +85,7 @@ class Submission:
     def cancel(self) -> None:
         """Stop waiting and cancel the coroutine (on the loop, in order after its start)."""
         self._abandoned = True
-        self._shared.loop.call_soon_threadsafe(self._cancel_task)
+        self._loop.call_soon_threadsafe(self._cancel_task)
 
     def _cancel_task(self) -> None:
         if self._task is not None:
@@ -102,6 +100,8 @@ class SharedLoop:
         self.beat = time.monotonic()
         self.escaped: list[str] = []  # what plugin callbacks raised past asyncio (SystemExit, KeyboardInterrupt)
         self._resources: dict[str, tuple[Any, Callable[[Any], Awaitable[Any]]]] = {}
+        self._queued: collections.deque[Submission] = collections.deque()
+        self._wake_sent = False
         started = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(started,), daemon=True, name="budgetbench-event-loop")
         self.thread.start()
@@ -122,9 +122,24 @@ class SharedLoop:
         self.beat = time.monotonic()
         self.loop.call_later(BEAT_S, self._beat)
 
-    def submit(self, function: Callable[[], Awaitable[Any]], name: str, on_done: Callable[[], None]) -> Submission:
-        """Run ``function()`` (core code that awaits the plugin) on the loop, from any other thread."""
-        return Submission(self, function, name, on_done)
+    def submit(self, function: Callable[[], Awaitable[Any]], name: str) -> Submission:
+        """Run ``function()`` (core code that awaits the plugin) on the loop, from any other thread.
+
+        Submissions queue up and the loop is woken once per batch, not once each: every
+        wake-up is a write to the loop's self-pipe, a read on the loop, and a trip through
+        the GIL for both threads."""
+        submission = Submission(self.loop, function, name)
+        self._queued.append(submission)
+        if not self._wake_sent:
+            self._wake_sent = True
+            self.loop.call_soon_threadsafe(self._start_queued)
+        return submission
+
+    def _start_queued(self) -> None:
+        self._wake_sent = False  # first: a submission queued from now on sends its own wake-up
+        queued = self._queued
+        while queued:
+            queued.popleft()._start()
 
     def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         """Await ``awaitable`` on the loop and return its result (for a backend's sync ``complete``)."""

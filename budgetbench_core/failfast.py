@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 DEFAULT_MAX_CONSECUTIVE = 10
+_PROVEN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def signature(message: str) -> str:
@@ -68,20 +69,27 @@ class FailFast:
             self.on_stop()
 
     def succeeded(self) -> None:
+        if self._proven and not self._streak:  # the common case: nothing to reset, no lock
+            return
         with self._lock:
             self._streak, self._last = 0, None
             self._proven = True
 
-    @contextlib.contextmanager
-    def probe(self) -> Iterator[None]:
+    def probe(self) -> contextlib.AbstractContextManager[None]:
         """Around each attempt: one at a time until the first success. A call that waited
         while the first one succeeded goes out at once: without the second check every
-        worker already waiting went one at a time (32 workers x 200 ms serialised)."""
-        if not self._proven:
-            with self._probe_lock:
-                if not self._proven:
-                    yield
-                    return
+        worker already waiting went one at a time (32 workers x 200 ms serialised).
+        Once a call has succeeded, a shared no-op (no generator per call)."""
+        if self._proven:
+            return _PROVEN
+        return self._first_calls()
+
+    @contextlib.contextmanager
+    def _first_calls(self) -> Iterator[None]:
+        with self._probe_lock:
+            if not self._proven:
+                yield
+                return
         yield
 
     def transport_failed(self, message: str) -> None:

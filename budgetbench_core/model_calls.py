@@ -13,9 +13,10 @@ checked and copied into a plain ``Completion``: an unreported figure stays ``Non
 A backend that defines ``acomplete`` (``Backend.async_calls()``) is awaited on the shared
 event loop (``event_loop``) instead of run on a sandbox thread: the cell's thread submits
 the attempt and waits with the same total deadline, and at the deadline the coroutine is
-cancelled. Its connection slot is freed when the coroutine has finished, so the server
-never holds more than ``max_connections`` calls of this caller, even from a coroutine that
-ignores cancellation. What it raises is classified as on the sync path.
+cancelled. Its connection slot is a semaphore on the loop, taken by the coroutine and freed
+when it has finished, so the server never holds more than ``max_connections`` calls of this
+caller, even from a coroutine that ignores cancellation. What it raises is classified as on
+the sync path.
 
 The prompt is serialised once: ``chat_json`` (``Gated.chat_json``) makes the cache key and
 is handed to the backend with the messages (``SentMessages.chat_json``) for its request body.
@@ -23,6 +24,7 @@ is handed to the backend with the messages (``SentMessages.chat_json``) for its 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import random
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 
 from .backends import Backend, Completion, FatalError, GenerationParams, TransportError
 from .cache import ResponseCache, cache_key
-from .event_loop import shared_loop
+from .event_loop import SharedLoop, shared_loop
 from .failfast import FailFast
 from .gate import chat_json as serialise
 from .messages import Message, SentMessages
@@ -119,6 +121,7 @@ class ModelCaller:
         self.max_connections = max(1, max_connections)
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._async: bool | None = None  # backend.async_calls(), asked on the first attempt
+        self._async_slots: tuple[SharedLoop, asyncio.Semaphore] | None = None
         self._count_lock = threading.Lock()
         self.calls_made = 0
 
@@ -161,34 +164,42 @@ class ModelCaller:
             self._async = answer
         return self._async
 
+    def _loop_slots(self, loop: SharedLoop) -> asyncio.Semaphore:
+        """The connection limit of the async path: a semaphore on the loop, taken inside the
+        coroutine and given back when it ends (a lock per call on the caller's thread and a
+        ``threading.Condition`` per release on the loop's cost more than the request)."""
+        slots = self._async_slots
+        if slots is None or slots[0] is not loop:  # a forked child has a loop of its own
+            slots = self._async_slots = (loop, asyncio.Semaphore(self.max_connections))
+        return slots[1]
+
     def _attempt_async(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline) -> Completion:
-        """The attempt as a coroutine on the shared loop; the slot is released when it has finished."""
+        """The attempt as a coroutine on the shared loop; the slot is held until it has finished."""
         loop = shared_loop()
-        if not self._slots.acquire(timeout=min(deadline.remaining(), threading.TIMEOUT_MAX)):
-            stall = loop.stall()
-            raise TransportError(
-                f"no connection free within the total deadline of {deadline.seconds:g} s "
-                f"({self.max_connections} calls to this model still in flight; nothing sent)"
-                + (f"; {stall}" if stall else "")
-            )
+        slots = self._loop_slots(loop)
         backend = self.backend
+        sent = []  # non-empty once the coroutine holds a slot (read by this thread at the deadline)
 
         async def attempt() -> object:
-            awaitable = backend.acomplete(messages, params)
-            if not inspect.isawaitable(awaitable):
-                return _NotAwaitable(type(awaitable).__name__)
-            return await awaitable
+            async with slots:
+                sent.append(True)
+                awaitable = backend.acomplete(messages, params)
+                if not inspect.isawaitable(awaitable):
+                    return _NotAwaitable(type(awaitable).__name__)
+                return await awaitable
 
-        try:
-            submission = loop.submit(attempt, self.plugin.describe(), self._slots.release)
-        except BaseException:
-            self._slots.release()
-            raise
+        submission = loop.submit(attempt, self.plugin.describe())
         try:
             kind, value = submission.outcome(deadline.remaining())
         except TimeoutError:
             submission.cancel()
             stall = loop.stall()
+            if submission.started and not sent:
+                raise TransportError(
+                    f"no connection free within the total deadline of {deadline.seconds:g} s "
+                    f"({self.max_connections} calls to this model still in flight; nothing sent)"
+                    + (f"; {stall}" if stall else "")
+                ) from None
             raise TransportError(
                 f"no complete reply within the total deadline of {deadline.seconds:g} s"
                 + (f"; {stall}" if stall else "")
