@@ -259,7 +259,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
         for turn in range(task.turn_limit()):
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
             try:
-                view = PrivateView(turn_item)  # read from stored fields: the task's objects run no code here
+                view = PrivateView(turn_item, run.hidden_metadata)  # stored fields only; no grading key
             except PromptError as exc:
                 cell.fail(
                     "episode",

@@ -66,7 +66,7 @@ from .sandbox import (
 from .scheduling import RunJob, window_shuffle, window_size
 from .shards import Shard, ShardError
 from .strategies import MemoryStrategy
-from .tasks import Task, TaskDataError
+from .tasks import Task, TaskDataError, hidden_metadata_keys
 from .tokenizers import PromptCounter, Tokenizer
 
 DEFAULT_BUDGETS = (2048, 4096, 8192, 16384, 32768)
@@ -216,6 +216,10 @@ class Run:
         self.registry = registry
         self.run_dir = Path(config.out)
         self.task: Task = self._instantiate("task", config.task, **config.task_options)
+        try:  # grading-only message metadata, withheld from every strategy's view (PrivateView)
+            self.hidden_metadata = hidden_metadata_keys(self.task)
+        except TypeError as exc:
+            raise PluginError(str(exc)) from None
         grader_name = config.grader or self.task.default_grader
         self.grader: Grader = self._instantiate("grader", grader_name)
         self.grader_name = grader_name
@@ -601,7 +605,7 @@ class Run:
         """Reset the strategy (contained, with a deadline), then run the unit's cells in order."""
         if not unit.todo:
             return
-        item, view = unit.item, PrivateView(unit.item)
+        item, view = unit.item, PrivateView(unit.item, self.hidden_metadata)
         strategy = self._strategy(unit.strategy)
         try:
             if not resets_nothing(strategy):  # the base class's no-op needs no worker

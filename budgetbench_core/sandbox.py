@@ -30,6 +30,7 @@ from queue import SimpleQueue
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .messages import ROLES, Item, Message
 
 T = TypeVar("T")
@@ -515,10 +516,19 @@ def fingerprint(messages: Any) -> tuple:
     return tuple(out)
 
 
+GRADING_KEYS = frozenset({EVIDENCE_KEY, EVIDENCE_ID_KEY})
+"""Message metadata no strategy ever sees, whatever the task: the evidence marks."""
+
+
 class PrivateView:
     """The item as one strategy sees it, and what it was when made: ``intact()`` says whether
     the strategy changed any of it (a message, its role, content or metadata, nested metadata,
     or swapped any object), at the cost of a few C-level passes instead of a fingerprint.
+
+    The view holds no grading key (a vendor's memory layer is an interested party): the answer,
+    the category and the item's metadata are None / empty, and every message's metadata lacks
+    ``GRADING_KEYS`` and the task's ``hidden`` keys (``Task.hidden_metadata``). The runner's own
+    item keeps all of it for validation, evidence recall, grading and reports.
 
     Everything here is the view's own: fresh ``Message`` objects whose metadata dicts (nested
     values copied too) only this view holds, so nothing the runner keeps is reachable through
@@ -526,15 +536,28 @@ class PrivateView:
     have put there; nested metadata (rare) is compared as the text of its JSON-safe copy.
     """
 
-    def __init__(self, item: Item) -> None:
+    def __init__(self, item: Item, hidden: frozenset[str] = frozenset()) -> None:
         head = (item.system,) if item.system is not None else ()
         given = (*head, *tuple.__iter__(item.history), item.query)  # an episode's turn holds the task's objects
         # metadata dicts of its own; nested values are copies (json_safe), so nothing mutable is shared
         fields = [_canonical_fields(m, f"message {index} of the item", None) for index, m in enumerate(given)]
         metadata = [meta for _, _, meta in fields]
+        withheld = GRADING_KEYS | hidden
+        for meta in metadata:
+            if not withheld.isdisjoint(meta):
+                for key in withheld.intersection(meta):
+                    del meta[key]
         messages = [_message(*field) for field in fields]
         system = messages[0] if head else None
-        self.item = replace(item, history=tuple(messages[len(head) : -1]), query=messages[-1], system=system)
+        self.item = replace(
+            item,
+            history=tuple(messages[len(head) : -1]),
+            query=messages[-1],
+            system=system,
+            answer=None,
+            category=None,
+            metadata={},
+        )
         self._fields = object.__getattribute__(self.item, "__dict__")
         self._values = tuple(self._fields.values())
         self._messages = tuple(messages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -27,6 +28,10 @@ class Task(ABC):
     default_grader: ClassVar[str]
     max_output_tokens: ClassVar[int] = 64
     description: ClassVar[str] = ""
+    hidden_metadata: ClassVar[frozenset[str]] = frozenset()
+    """Message metadata keys that are grading-only (LongMemEval's ``has_answer``): no strategy
+    or memory system sees them. The answer, ``category``, the item's ``metadata`` and the
+    evidence marks are withheld from every task's strategies anyway (``sandbox.PrivateView``)."""
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -68,3 +73,17 @@ class Task(ABC):
 
     def manifest_notes(self) -> dict[str, Any]:
         return {"name": self.name, "options": self.options}
+
+
+def hidden_metadata_keys(task: Task) -> frozenset[str]:
+    """The task's ``hidden_metadata``, checked: a set of str keys. Read without running the
+    task's code (a property is not called); anything else is a ``TypeError`` naming the task."""
+    declared = inspect.getattr_static(task, "hidden_metadata", frozenset())
+    name = inspect.getattr_static(task, "name", None)
+    where = f"task {name if type(name) is str else type(task).__name__!r}: hidden_metadata"
+    if not isinstance(declared, (frozenset, set, tuple, list)):
+        raise TypeError(f"{where} must be a frozenset of metadata keys (str), got {type(declared).__name__}")
+    wrong = sorted({type(key).__name__ for key in declared if type(key) is not str})
+    if wrong:
+        raise TypeError(f"{where} must hold metadata keys (str), got {', '.join(wrong)}")
+    return frozenset(declared)

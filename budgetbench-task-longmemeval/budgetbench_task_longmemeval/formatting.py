@@ -10,9 +10,12 @@ own answer with one, and the header would cost tokens twice per exchange.
 Turns the dataset flags ``has_answer`` carry the evidence mark (``metadata["evidence"]``, the
 turn's text) that the report's evidence recall checks against each prompt.
 
-The official session ids are kept in metadata only, never in the text: in the official
-files the sessions holding the evidence are named ``answer_...``, which would tell the
-model (and any memory system that showed ids) where the answer is.
+In the official files the sessions holding the evidence are named ``answer_...``, which
+would tell the model (and any memory system that showed or read ids) where the answer is.
+So a message's ``session_id`` is the session's number in date order (``s1``, ``s2``, ...),
+and the official id is kept under ``official_session_id``: like ``has_answer`` and the
+evidence marks it is grading-only (``HIDDEN_METADATA``), withheld from every strategy's view
+by the harness and never in the text.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ SYSTEM_PROMPT = (
     "I will give you several history chats between you and a user. Please answer the question based on the "
     "relevant chat history. Each past message is marked with its session number and date."
 )
+
+
+OFFICIAL_SESSION_ID = "official_session_id"
+HIDDEN_METADATA = frozenset({"has_answer", OFFICIAL_SESSION_ID})
+"""Message metadata for measuring retrieval, not for answering (``Task.hidden_metadata``)."""
 
 
 def session_header(number: int, date: str) -> str:
@@ -62,7 +70,8 @@ def to_item(record: dict[str, Any], path: Path, index: int) -> Item:
             if turn["role"] == "user" or position == 0:
                 content = f"{session_header(number, date)} {content}"
             metadata = {
-                "session_id": sid,
+                "session_id": f"s{number}",  # opaque: the official id names the evidence sessions
+                OFFICIAL_SESSION_ID: sid,
                 "timestamp": date,
                 "session_number": number,
                 "turn": position,

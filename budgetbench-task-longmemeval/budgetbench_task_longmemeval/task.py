@@ -12,7 +12,7 @@ from typing import Any
 
 from budgetbench_core import Dataset, Task, hookimpl, resolve_data_file
 
-from .formatting import to_item
+from .formatting import HIDDEN_METADATA, to_item
 from .loader import SPLITS, load_records
 
 
@@ -29,6 +29,7 @@ class LongMemEval(Task):
     default_grader = "longmemeval-judge"
     max_output_tokens = 128
     description = "LongMemEval (official files): chat histories, dated sessions, six question types + abstention."
+    hidden_metadata = HIDDEN_METADATA  # has_answer and the official session ids: never seen by strategies
 
     def __init__(self, path: str | None = None, split: str = "s", **options: Any) -> None:
         super().__init__(path=path, split=split, **options)

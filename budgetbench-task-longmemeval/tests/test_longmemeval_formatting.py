@@ -34,8 +34,10 @@ def test_every_turn_is_kept_in_date_order_with_its_session_metadata(records, ite
         sessions = item.sessions()
         assert len(sessions) == len(record["haystack_sessions"])  # repeated official ids stay separate sessions
         assert [s.date for s in sessions] == sorted(record["haystack_dates"], key=parse_date)
-        evidence = {m.metadata["session_id"] for m in item.history if m.metadata["has_answer"]}
+        evidence = {m.metadata["official_session_id"] for m in item.history if m.metadata["has_answer"]}
         assert evidence <= set(record["answer_session_ids"])
+        # the id a strategy sees is the session's number in date order, one per session
+        assert [s.id for s in sessions] == [f"s{n}" for n in range(1, len(sessions) + 1)]
         assert sum(m.metadata["has_answer"] for m in item.history) == sum(
             bool(t.get("has_answer")) for s in record["haystack_sessions"] for t in s
         )
@@ -55,7 +57,7 @@ def test_headers_carry_number_and_date_on_user_turns_and_session_starts(items):
 def test_session_ids_never_reach_the_prompt_text(items):
     # Evidence sessions are named answer_... upstream: showing ids would reveal where the answer is.
     for item in items:
-        ids = {m.metadata["session_id"] for m in item.history}
+        ids = {m.metadata["official_session_id"] for m in item.history}
         texts = [m.content for m in item.history] + [item.query.content, item.system.content]
         leaked = [sid for sid in ids if sid.startswith("answer_") and any(sid in t for t in texts)]
         assert not leaked
