@@ -44,7 +44,8 @@ def evidence(item, prompt) -> dict[str, bool]:
     gold_turns = {(m.metadata["session_id"], m.metadata["turn"]) for m in item.history if m.metadata.get("has_answer")}
     kept = {(m.metadata.get("session_id"), m.metadata.get("turn")) for m in prompt}
     sessions = {str(s) for s in item.metadata["answer_session_ids"]}
-    kept_sessions = {str(m.metadata.get("session_id")) for m in prompt}
+    official = {m.metadata["session_id"]: m.metadata["official_session_id"] for m in item.history}
+    kept_sessions = {official.get(m.metadata.get("session_id")) for m in prompt}  # session_id is opaque (s<n>)
     return {
         "has_gold_turns": bool(gold_turns),
         "any_gold_turn": bool(gold_turns & kept),

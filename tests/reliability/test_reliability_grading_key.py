@@ -10,11 +10,25 @@ and check that grading, evidence recall and the report still use the runner's ow
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
 
-from budgetbench_core import EVIDENCE_ID_KEY, EVIDENCE_KEY, Item, Message, RunConfig, Task, hookimpl, run, sandbox
+from budgetbench_core import (
+    EVIDENCE_ID_KEY,
+    EVIDENCE_KEY,
+    Episode,
+    EpisodicTask,
+    Item,
+    Message,
+    RunConfig,
+    Step,
+    Task,
+    hookimpl,
+    run,
+    sandbox,
+)
 from budgetbench_core.builtin.strategies import Truncation
 from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
 from budgetbench_core.plugins import PluginError
@@ -194,3 +208,57 @@ def test_the_view_withholds_the_key_and_still_catches_mutation():
     assert view.intact()
     shown.history[0].metadata["nested"]["a"].append(2)
     assert not view.intact()
+
+
+class _GoldEpisode(Episode):
+    """Two turns; every message the task makes carries grading-only metadata."""
+
+    def opening(self):
+        return [Message("assistant", "Hello.", {"gold": "9", EVIDENCE_KEY: True}), Message("user", "10 minus 1?")]
+
+    def step(self, reply):
+        done = "again" in reply
+        return Step((Message("assistant", reply, {"gold": "9"}), Message("user", "again?", {"gold": "9"})), done=done)
+
+    def outcome(self, end_reason):
+        return {"reward": 1.0}
+
+
+class GoldEpisodes(EpisodicTask):
+    name, default_grader, max_output_tokens = "trust-gold-episodes", "exact-match", 8
+    hidden_metadata = frozenset({"gold"})
+
+    def load(self, limit, seed):
+        yield Item(id="episode", history=(), query=Message("user", "10"), answer="9", category="arithmetic")
+
+    def episode(self, item, user):
+        return _GoldEpisode()
+
+
+def test_an_agent_episodes_turns_hold_no_grading_key(tmp_path):
+    """Old code: every turn's view showed the answer, the category, ``gold`` and the evidence mark."""
+    SEEN.clear()
+    plugin = types.SimpleNamespace(
+        register_tasks=hookimpl(lambda register: register(GoldEpisodes)),
+        register_strategies=hookimpl(lambda register: register(KeySpy)),
+    )
+    with FaultServer(reply=lambda messages: "9 again" if len(messages) > 3 else "9") as server:
+        run(
+            RunConfig(
+                task="trust-gold-episodes",
+                strategies=["trust-key-spy"],
+                budgets=[500],
+                out=tmp_path / "run",
+                model="openai/fault-model",
+                api_base=server.url,
+                tokenizer="tiktoken:cl100k_base",
+                retries=0,
+            ),
+            registry=registry_with(plugin, distribution="gold-episodes-test"),
+        )
+    (row,) = final_rows(tmp_path / "run").values()
+    assert row["event"] == "result" and row["episode"]["turns"] >= 2
+    assert len(SEEN) == row["episode"]["turns"]
+    for seen in SEEN:
+        assert (seen["answer"], seen["category"], seen["metadata"]) == (None, None, {})
+        assert not {"gold", EVIDENCE_KEY} & set(seen["message_keys"]), seen["message_keys"]
