@@ -125,6 +125,7 @@ class LiteLLMBackend(Backend):
         self._headers: dict[str, str] | None = None
         self._route: tuple[tuple[str, str | None, str | None], str] | None = None
         self._client_timeout: aiohttp.ClientTimeout | None = None
+        self._body_tails: dict[tuple[str, GenerationParams, bool, bool], str] = {}
 
     def _asks_no_prompt_reuse(self) -> bool:
         return self.model.startswith("openai/") and bool(self.api_base) and not self.server_prompt_cache
@@ -237,8 +238,7 @@ class LiteLLMBackend(Backend):
             raise NotImplementedError("litellm's own path is synchronous: the harness calls complete()")
         return await self._complete_direct(messages, params)
 
-    def _direct_body(self, messages: Sequence[Message], params: GenerationParams) -> bytes:
-        """The request body, with the messages' chat JSON as the harness serialised it (once)."""
+    def _body_rest(self, params: GenerationParams) -> dict[str, Any]:
         rest: dict[str, Any] = {
             "model": self.model.removeprefix("openai/"),
             "max_tokens": params.max_tokens,
@@ -248,13 +248,24 @@ class LiteLLMBackend(Backend):
             rest["seed"] = params.seed
         if self._asks_no_prompt_reuse():
             rest["cache_prompt"] = False
+        return rest
+
+    def _direct_body(self, messages: Sequence[Message], params: GenerationParams) -> bytes:
+        """The request body, with the messages' chat JSON as the harness serialised it (once);
+        the fields after the messages are serialised once per (model, parameters, prompt reuse)."""
         chat = messages.chat_json if isinstance(messages, SentMessages) else None
         if chat is None:
             chat = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
+        key = (self.model, params, self.server_prompt_cache, bool(self.api_base))
+        tail = self._body_tails.get(key)
+        if tail is None:
+            tail = ", " + json.dumps(self._body_rest(params))[1:]
+            if len(self._body_tails) < 64:
+                self._body_tails[key] = tail
         try:
-            return ('{"messages": ' + chat + ", " + json.dumps(rest)[1:]).encode("utf-8")
+            return ('{"messages": ' + chat + tail).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: only a \u escape makes it valid UTF-8 on the wire
-            return json.dumps({"messages": json.loads(chat), **rest}).encode("ascii")
+            return json.dumps({"messages": json.loads(chat), **self._body_rest(params)}).encode("ascii")
 
     def _timeout(self) -> aiohttp.ClientTimeout:
         """Per read and per connect, as litellm's httpx client: the harness enforces the total deadline."""
