@@ -144,9 +144,27 @@ class LiteLLMBackend(Backend):
         return self._route[1]
 
     def start(self) -> None:
-        """Import litellm now (seconds on a busy machine), not inside the first call's deadline."""
-        if self.http_client == "litellm":
-            _litellm()
+        """Import litellm now (seconds on a busy machine), not inside the first call's deadline;
+        and what its first call would import on top (httpcore, h11, litellm's logging modules:
+        0.37 s on an idle machine): an httpx client, made and closed, and a call with litellm's
+        ``mock_response`` (answered by litellm itself, nothing sent). A warm-up that fails is
+        let go: the run's first real call reports whatever is wrong."""
+        if self.http_client != "litellm":
+            return
+        litellm = _litellm()
+        import httpx
+
+        httpx.Client().close()
+        try:
+            litellm.completion(
+                model=self.model,
+                messages=[{"role": "user", "content": "warm-up"}],
+                api_base=self.api_base,
+                mock_response="ok",
+                **self._extra(),
+            )
+        except Exception:  # noqa: BLE001, S110 - only a warm-up: nothing depends on it
+            pass
 
     def _extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
