@@ -11,6 +11,8 @@ Evidence is marked for evidence recall (``budgetbench_core.evidence``): the user
 that states the answer carries ``metadata["evidence"]``, the exact sentence that must survive
 (for temporal questions with its date header; for knowledge updates only the newest
 statement, the one the answer needs). Abstention items have no evidence and no mark.
+Strategies never see the marks, the answer, the category or ``item.metadata["evidence"]``
+(``sandbox.PrivateView``); no other message key is grading-only, so ``hidden_metadata`` is empty.
 """
 
 from __future__ import annotations
