@@ -128,6 +128,32 @@ def test_the_connection_limit_holds_even_for_a_coroutine_that_ignores_cancellati
     assert state["most"] == 3 and state["starts"] == 22
 
 
+def test_a_call_that_finds_no_free_connection_says_so_and_is_never_sent():
+    starts = []
+    holding = threading.Event()
+
+    async def hold(messages, params):
+        starts.append(messages[-1].content)
+        holding.set()
+        await asyncio.sleep(1.0)
+        return completion(messages[-1].content)
+
+    limited = caller(Scripted(hold), max_connections=1, timeout_s=30)
+    first = threading.Thread(target=limited.call, args=(MESSAGES, PARAMS))
+    first.start()
+    assert holding.wait(30)
+    limited.timeout_s = 0.3
+    waiting = [Message("user", "never sent")]
+    with pytest.raises(CallFailed) as failed:
+        limited.call(waiting, PARAMS)
+    assert "no connection free within the total deadline of 0.3 s" in str(failed.value)
+    assert "1 calls to this model still in flight; nothing sent" in str(failed.value)
+    first.join(30)
+    limited.timeout_s = 30
+    assert limited.call([Message("user", "after")], PARAMS).completion.text == "after"
+    assert starts == [MESSAGES[-1].content, "after"]  # the call that gave up waiting never started later
+
+
 def test_direct_client_sends_the_chat_json_it_is_given_and_keys_the_cache_by_it(tmp_path):
     seen: list[list[dict]] = []
 
