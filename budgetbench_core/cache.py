@@ -28,20 +28,22 @@ class CacheError(RunLogError):
     """The cache file cannot be read at all; the message says how to recover."""
 
 
-_HEADS: dict[tuple[str, str | None, GenerationParams], Any] = {}
+_HEADS: dict[tuple[Any, ...], Any] = {}
 
 
 def cache_key(model: str, api_base: str | None, chat_json: str, params: GenerationParams) -> str:
     """sha256 of (model, api base, parameters) then the messages' chat JSON as sent
     (``gate.chat_json``, serialised once per prompt; never serialised again here). The
-    hash of the head is made once per (model, api base, parameters) and copied."""
-    head = _HEADS.get((model, api_base, params))
+    hash of the head is made once per (model, api base, parameters) and copied; the memo's
+    key holds each parameter's type too (``temperature=0`` and ``0.0`` serialise apart)."""
+    memo = (model, api_base, *((type(v), v) for v in vars(params).values()))
+    head = _HEADS.get(memo)
     if head is None:
         text = json.dumps({"model": model, "api_base": api_base, "params": params.to_dict()}, sort_keys=True)
         head = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
         head.update(b"\n")
         if len(_HEADS) < 1024:  # a run has a handful; a sweep of parameters is not kept for ever
-            _HEADS[(model, api_base, params)] = head
+            _HEADS[memo] = head
     digest = head.copy()
     digest.update(chat_json.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

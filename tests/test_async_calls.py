@@ -368,3 +368,11 @@ def test_a_blocking_call_from_the_loop_thread_is_refused():
 
     with pytest.raises(RuntimeError, match="never return"):
         loop.run(inner(), timeout=10)
+
+
+def test_the_memoised_cache_key_head_keeps_parameters_of_another_type_apart():
+    from budgetbench_core.cache import cache_key
+
+    as_float = cache_key("m", None, "[]", GenerationParams(8, 0.0, 1))
+    as_int = cache_key("m", None, "[]", GenerationParams(8, 0, 1))  # equal to 0.0, serialised as 0
+    assert as_float != as_int and cache_key("m", None, "[]", GenerationParams(8, 0.0, 1)) == as_float

@@ -125,7 +125,7 @@ class LiteLLMBackend(Backend):
         self._headers: dict[str, str] | None = None
         self._route: tuple[tuple[str, str | None, str | None], str] | None = None
         self._client_timeout: aiohttp.ClientTimeout | None = None
-        self._body_tails: dict[tuple[str, GenerationParams, bool, bool], str] = {}
+        self._body_tails: dict[tuple[Any, ...], str] = {}
 
     def _asks_no_prompt_reuse(self) -> bool:
         return self.model.startswith("openai/") and bool(self.api_base) and not self.server_prompt_cache
@@ -274,7 +274,12 @@ class LiteLLMBackend(Backend):
         chat = messages.chat_json if isinstance(messages, SentMessages) else None
         if chat is None:
             chat = json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
-        key = (self.model, params, self.server_prompt_cache, bool(self.api_base))
+        key = (
+            self.model,
+            self.server_prompt_cache,
+            bool(self.api_base),
+            *((type(v), v) for v in vars(params).values()),
+        )
         tail = self._body_tails.get(key)
         if tail is None:
             tail = ", " + json.dumps(self._body_rest(params))[1:]
