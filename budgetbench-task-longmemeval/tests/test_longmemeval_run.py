@@ -38,13 +38,15 @@ BUDGET = 512  # small: prompt processing on a shared 2-core machine is slow
 
 
 class WordMemory(MemorySystem):
-    """Stores each message; retrieves by shared words. Refuses ``fail_session`` like a layer whose write failed."""
+    """Stores each message; retrieves by shared words. Refuses ``fail_session`` of question
+    ``fail_item`` like a layer whose write failed (session ids are per question: s1, s2, ...)."""
 
     name = ARM
     regime = Regime.RESET_PER_ITEM
 
-    def __init__(self, fail_session: str | None = None, **params):
-        super().__init__(fail_session=fail_session, **params)
+    def __init__(self, fail_item: str | None = None, fail_session: str | None = None, **params):
+        super().__init__(fail_item=fail_item, fail_session=fail_session, **params)
+        self.fail_item = fail_item
         self.fail_session = fail_session
         self.stored: list[tuple[str, str]] = []
 
@@ -54,7 +56,7 @@ class WordMemory(MemorySystem):
     def ingest(self, sessions, context):
         failures = []
         for session in sessions:
-            if session.id == self.fail_session:
+            if context.item.id == self.fail_item and session.id == self.fail_session:
                 failures.append(IngestFailure(session.id, "write rejected by the store (test fault)", attempts=3))
                 continue
             self.stored += [(session.id, m.content) for m in session.messages]
@@ -87,7 +89,7 @@ def finished_run(tmp_path_factory):
         out=out,
         budgets=[BUDGET],
         task_options={"path": str(ORACLE)},
-        strategy_params={ARM: {"fail_session": fail_session}},
+        strategy_params={ARM: {"fail_item": lost_question, "fail_session": fail_session}},
         limit=2,
         max_concurrency=1,
         timeout_s=600,
