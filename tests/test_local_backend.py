@@ -12,7 +12,7 @@ import pytest
 CHILD = """
 import json, os
 from budgetbench_core.builtin.local_backend import LocalBackend
-backend = LocalBackend(threads=1)
+backend = LocalBackend()
 backend.start()
 try:
     print(json.dumps({"describe": backend.describe(), "env": os.environ.get("OMP_WAIT_POLICY")}))
@@ -37,7 +37,8 @@ def test_passive_waiting_is_applied_and_recorded():
     openmp = result["describe"]["openmp"]
     assert result["env"] == "PASSIVE" and openmp["OMP_WAIT_POLICY"] == "PASSIVE"
     assert openmp["applied_before_import"] is True
-    assert result["describe"]["threads"] == {"generation": 1, "batch": 1}
+    # the measured choice: one generation thread, every core for prompt processing
+    assert result["describe"]["threads"] == {"generation": 1, "batch": os.cpu_count()}
 
 
 @pytest.mark.slow

@@ -29,8 +29,10 @@ MODEL_CONTEXT = 8192
 OUTPUT_ROOM = 2048
 MAX_SLOTS = 4
 # Chosen by benchmarks/bench_embedded_settings.py (docs/performance.md, "The embedded server"):
-# with llama.cpp's default OpenMP spin-waiting, generation fell to 0.6 tok/s on a busy 2-core
-# machine and ran at 16 tok/s with PASSIVE waiting in the same conditions.
+# one generation thread (two spin-waiting threads collapse to ~5 tok/s when another process
+# takes a core; one holds ~48 tok/s idle and under one busy loop), every core for prompt
+# processing, with PASSIVE waiting so those threads sleep instead of spinning for each other.
+GENERATION_THREADS = 1
 OMP_WAIT_POLICY: str | None = "PASSIVE"
 
 
@@ -72,8 +74,8 @@ class LocalBackend(LiteLLMBackend):
         _, _, path = model.partition(":")
         self.model_path = Path(path) if path else default_model_path()
         self.slots = max(1, min(MAX_SLOTS, max_concurrency))
-        self.threads = threads or max(1, os.cpu_count() or 1)
-        self.batch_threads = batch_threads or self.threads
+        self.threads = threads or GENERATION_THREADS
+        self.batch_threads = batch_threads or max(1, os.cpu_count() or 1)
         self.omp_wait_policy = omp_wait_policy
         self.openmp_settings: dict[str, str | bool | None] = {}
         self.model_context = MODEL_CONTEXT
