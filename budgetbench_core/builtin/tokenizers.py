@@ -6,8 +6,9 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,23 @@ from budgetbench_core import (
     hookimpl,
     use_bundled_tiktoken_encodings,
 )
+
+
+def split_pieces(text: str, cuts: Sequence[Callable[[str], list[str]]]) -> tuple[list[str], int]:
+    """The non-empty pieces of ``text`` between its special tokens, and how many were cut out.
+
+    ``cuts`` split a piece at one special token each, applied in order (longest first, as
+    llama.cpp and HF tokenizers cut a text).
+    """
+    pieces, found = [text], 0
+    for cut in cuts:
+        kept: list[str] = []
+        for piece in pieces:
+            parts = cut(piece)
+            found += len(parts) - 1
+            kept.extend(part for part in parts if part)
+        pieces = kept
+    return pieces, found
 
 
 class GGUFVocabulary:
@@ -120,20 +138,6 @@ class ServerTokenizer(Tokenizer):
 
     # ------------------------------------------------------------ piece-wise counting
 
-    @staticmethod
-    def _split(text: str, specials: list[str]) -> tuple[list[str], int]:
-        """The text pieces between ``specials`` (longest first, as llama.cpp cuts), and how
-        many special tokens were cut out."""
-        pieces, found = [text], 0
-        for special in specials:
-            cut: list[str] = []
-            for piece in pieces:
-                parts = piece.split(special)
-                found += len(parts) - 1
-                cut.extend(p for p in parts if p)
-            pieces = cut
-        return pieces, found
-
     def _count_pieces(self, pieces: list[str]) -> int:
         return sum(self._pieces.count_all(pieces, self._count_new))
 
@@ -216,7 +220,7 @@ class ServerTokenizer(Tokenizer):
             self._specials = specials if exact else []
 
     def _split_count(self, text: str, specials: list[str]) -> int:
-        pieces, found = self._split(text, specials)
+        pieces, found = split_pieces(text, [partial(str.split, sep=special) for special in specials])
         return found + self._count_pieces(pieces)
 
     def count_text(self, text: str) -> int:
@@ -403,20 +407,8 @@ class HuggingFaceTokenizer(Tokenizer):
 
     # ------------------------------------------------------------ piece-wise counting
 
-    def _split(self, text: str, patterns: list[re.Pattern[str]]) -> tuple[list[str], int]:
-        """The pieces of ``text`` between its added tokens, and how many added tokens it holds."""
-        pieces, found = [text], 0
-        for pattern in patterns:
-            cut: list[str] = []
-            for piece in pieces:
-                parts = pattern.split(piece)
-                found += len(parts) - 1
-                cut.extend(p for p in parts if p)
-            pieces = cut
-        return pieces, found
-
     def _piecewise(self, text: str, patterns: list[re.Pattern[str]]) -> int:
-        pieces, found = self._split(text, patterns)
+        pieces, found = split_pieces(text, [pattern.split for pattern in patterns])
         return found + sum(self._pieces.count_all(pieces, self._batch))
 
     def _cut_patterns(self) -> list[re.Pattern[str]]:
