@@ -37,6 +37,7 @@ import contextlib
 import functools
 import importlib.util
 import json
+import operator
 import os
 import random
 import tempfile
@@ -54,6 +55,7 @@ from .sandbox import (
     Deadline,
     PluginFailure,
     PluginRef,
+    PrivateView,
     PromptError,
     canonical_prompt,
     contained,
@@ -199,15 +201,6 @@ def _fingerprint(messages: Sequence[Message]) -> tuple:
     return fingerprint(messages)
 
 
-def _item_fingerprint(item: Item) -> tuple:
-    head = [item.system] if item.system is not None else []
-    return (
-        item.id,
-        _fingerprint([*head, *item.history, item.query]),
-        json.dumps(dict(item.metadata), sort_keys=True, default=str),
-    )
-
-
 def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -280,12 +273,12 @@ class ConformanceKit:
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
             for item in items:
                 strategy.reset()
+                view = PrivateView(item)  # what the runner gives a strategy: no grading key, checked after each call
                 for budget in self.budgets:
                     cell = cells[(item.id, budget)] = _Cell()
-                    before = _item_fingerprint(item)
-                    history = list(item.history)
+                    history = list(view.item.history)  # a list, so an in-place edit of it is seen too
                     context = StrategyContext(
-                        item=item,
+                        item=view.item,
                         budget=budget,
                         counter=self.counter,
                         complete=self._complete(budget),
@@ -302,8 +295,9 @@ class ConformanceKit:
                         )
                     except PluginFailure as failure:
                         cell.error = failure.original if failure.original is not None else failure
-                    cell.mutated = _fingerprint(history) != _fingerprint(item.history) or before != _item_fingerprint(
-                        item
+                    given = view.item.history
+                    cell.mutated = (
+                        not view.intact() or len(history) != len(given) or any(map(operator.is_not, history, given))
                     )
         return cells
 
@@ -408,7 +402,7 @@ class ConformanceKit:
         system = factory()
         if not isinstance(system, MemorySystem):
             return CheckResult("ingest-failures", "skip", "not a memory system")
-        item = max(self.items, key=lambda i: len(i.sessions()))
+        item = PrivateView(max(self.items, key=lambda i: len(i.sessions()))).item
         sessions = item.sessions()
         bad = sessions[1]
         given = list(sessions)
@@ -639,9 +633,15 @@ def strategy_context(
     complete: Callable[[Sequence[Message], int, str], str] | None = None,
     seed: int = 0,
 ) -> StrategyContext:
-    """A StrategyContext as the runner builds one; ``complete`` defaults to refusing calls."""
+    """A StrategyContext as the runner builds one: ``item`` becomes the strategy's view (no
+    answer, category, item metadata or evidence marks); ``complete`` defaults to refusing calls."""
     return StrategyContext(
-        item=item, budget=budget, counter=counter, complete=complete or no_model_calls, seed=seed, run_dir=Path(run_dir)
+        item=PrivateView(item).item,
+        budget=budget,
+        counter=counter,
+        complete=complete or no_model_calls,
+        seed=seed,
+        run_dir=Path(run_dir),
     )
 
 

@@ -218,3 +218,38 @@ def test_check_plugin_unknown_name_lists_strategies():
     result = CliRunner().invoke(check_plugin, ["no-such-strategy"])
     assert result.exit_code != 0
     assert "truncation" in str(result.exception)
+
+
+class Peeks(MemoryStrategy):
+    """Records what it was shown of the item: the kit must show what a run shows."""
+
+    name = "peeks"
+    regime = Regime.LOCAL_ONLY
+    seen: list = []
+
+    def apply(self, history, budget, context):
+        item = context.item
+        Peeks.seen.append((item.answer, item.category, dict(item.metadata), [dict(m.metadata) for m in history]))
+        return context.counter.fit([*([item.system] if item.system else []), item.query], budget)
+
+
+def test_the_kit_shows_a_strategy_the_view_a_run_shows(kit):
+    from budgetbench_core import EVIDENCE_KEY, Item
+    from budgetbench_core.testing import strategy_context
+
+    Peeks.seen.clear()
+    kit.run_checks(Peeks)
+    assert Peeks.seen and all(
+        answer is None and category is None and meta == {} for answer, category, meta, _ in Peeks.seen
+    )
+    marked = Item(
+        "x",
+        (Message("user", "my dog is Rex", {EVIDENCE_KEY: True, "session_id": "a"}),),
+        Message("user", "dog?"),
+        "Rex",
+        category="pets",
+        metadata={"gold": "Rex"},
+    )
+    context = strategy_context(marked, 512, kit.counter, ".")
+    assert context.item.answer is None and context.item.category is None and dict(context.item.metadata) == {}
+    assert dict(context.item.history[0].metadata) == {"session_id": "a"}
