@@ -40,6 +40,38 @@ def split_pieces(text: str, cuts: Sequence[Callable[[str], list[str]]]) -> tuple
     return pieces, found
 
 
+def _occurrences(text: str, specials: Sequence[str]) -> list[tuple[int, int]]:
+    """Every (start, end) at which one of ``specials`` occurs in ``text``, overlaps included."""
+    spans = []
+    for special in specials:
+        at = text.find(special)
+        while at >= 0:
+            spans.append((at, at + len(special)))
+            at = text.find(special, at + 1)
+    return spans
+
+
+def content_frame(
+    render: Callable[[Sequence[Message]], str],
+    role: str,
+    mark: str,
+    boundaries: Callable[[str], list[tuple[int, int]]],
+) -> tuple[str, str] | None:
+    """The template text on either side of a ``role`` message's content, up to the nearest
+    special-token ``boundaries`` (spans in the rendered text); None when ``mark`` does not
+    occur exactly once in the rendered probe."""
+    closing = Message("assistant" if role == "user" else "user", "q")
+    rendered = render([Message(role, mark), closing])
+    at = rendered.find(mark)
+    if at < 0 or rendered.count(mark) != 1:
+        return None
+    end = at + len(mark)
+    spans = boundaries(rendered)
+    left = max((stop for start, stop in spans if stop <= at), default=0)
+    right = min((start for start, stop in spans if start >= end), default=len(rendered))
+    return rendered[left:at], rendered[end:right]
+
+
 class GGUFVocabulary:
     """A GGUF model's BPE vocabulary in process (HF ``tokenizers``), for estimates only.
 
@@ -238,20 +270,9 @@ class ServerTokenizer(Tokenizer):
     def _frame(self, role: str) -> tuple[str, str] | None:
         """The template text on either side of a ``role`` message's content, up to the
         nearest special tokens: the piece the content is tokenised in."""
-        specials = self._specials or []
         if role not in self._frames:
-            closing = Message("assistant" if role == "user" else "user", "q")
-            rendered = self.render([Message(role, self._MARK), closing])
-            at = rendered.find(self._MARK)
-            frame = None
-            if at >= 0 and rendered.count(self._MARK) == 1:
-                end = at + len(self._MARK)
-                left = max(
-                    (rendered.rfind(s, 0, at) + len(s) for s in specials if rendered.rfind(s, 0, at) >= 0), default=0
-                )
-                right = min((i for i in (rendered.find(s, end) for s in specials) if i >= 0), default=len(rendered))
-                frame = (rendered[left:at], rendered[end:right])
-            self._frames[role] = frame
+            specials = self._specials or []
+            self._frames[role] = content_frame(self.render, role, self._MARK, lambda text: _occurrences(text, specials))
         return self._frames[role]
 
     def count_in_message(self, role: str, content: str) -> int:
@@ -486,17 +507,9 @@ class HuggingFaceTokenizer(Tokenizer):
         """The template text on either side of a ``role`` message's content, up to the
         nearest added tokens: the piece the content is encoded in."""
         if role not in self._frames:
-            closing = Message("assistant" if role == "user" else "user", "q")
-            rendered = self.render([Message(role, self._MARK), closing])
-            at = rendered.find(self._MARK)
-            frame = None
-            if at >= 0 and rendered.count(self._MARK) == 1:
-                end = at + len(self._MARK)
-                spans = [m.span() for p in patterns for m in p.finditer(rendered)]
-                left = max((e for s, e in spans if e <= at), default=0)
-                right = min((s for s, e in spans if s >= end), default=len(rendered))
-                frame = (rendered[left:at], rendered[end:right])
-            self._frames[role] = frame
+            self._frames[role] = content_frame(
+                self.render, role, self._MARK, lambda text: [m.span() for p in patterns for m in p.finditer(text)]
+            )
         return self._frames[role]
 
     def count_in_message(self, role: str, content: str) -> int:
