@@ -50,6 +50,26 @@ def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
     return f"strategy {name!r} failed on item {item.id!r} ({failure.phase}, {failure.plugin.distribution}): {detail}"
 
 
+def strategy_context(
+    run: Run, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
+) -> StrategyContext:
+    """The context of one strategy call: its view of the item, and auxiliary calls through the
+    cell's gated channel (refused in a prompts-only run)."""
+    channel: Callable[[Sequence[Message], int, str], str] = (
+        _no_model_calls
+        if run.config.prompts_only
+        else AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline)
+    )
+    return StrategyContext(
+        item=view.item,
+        budget=budget,
+        counter=run.counter,
+        seed=run.config.seed + repeat,
+        run_dir=run.run_dir,
+        complete=channel,
+    )
+
+
 def build_prompt(
     run: Run,
     cell: CellLog,
@@ -266,19 +286,7 @@ def run_cell(run: Run, strategy_name: str, item: Item, view: PrivateView, budget
     """
     cell = CellLog(run.log, run._cell_key(strategy_name, item, budget, repeat), run._tally)
     deadline = Deadline(run.config.item_timeout_s)
-    channel: Callable[[Sequence[Message], int, str], str] = (
-        _no_model_calls
-        if run.config.prompts_only
-        else AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline)
-    )
-    context = StrategyContext(
-        item=view.item,
-        budget=budget,
-        counter=run.counter,
-        seed=run.config.seed + repeat,
-        run_dir=run.run_dir,
-        complete=channel,
-    )
+    context = strategy_context(run, cell, view, budget, repeat, deadline)
     try:
         gated = build_prompt(run, cell, run._strategy(strategy_name), item, view, budget, context, deadline)
         if gated is None:

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from .backends import GenerationParams
-from .cell import AuxChannel, CellLog
-from .cell_pipeline import build_prompt, send
+from .cell import CellLog
+from .cell_pipeline import build_prompt, send, strategy_context
 from .events import EpisodeSummary, EpisodeTurn, Error, Result, Terminal, Violation
 from .messages import Item, Message
 from .sandbox import (
@@ -46,7 +46,6 @@ from .sandbox import (
     describe_exception,
     json_safe_or_empty,
 )
-from .strategies import StrategyContext
 from .tasks import Task
 
 EXCHANGE = "exchange"
@@ -269,14 +268,7 @@ def run_episode(run: Any, strategy_name: str, item: Item, budget: int, repeat: i
                 )
                 return
             deadline = Deadline(run.config.item_timeout_s)
-            context = StrategyContext(
-                item=view.item,
-                budget=budget,
-                counter=run.counter,
-                seed=run.config.seed + repeat,
-                run_dir=run.run_dir,
-                complete=AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline),
-            )
+            context = strategy_context(run, cell, view, budget, repeat, deadline)
             gated = build_prompt(run, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
                 return
