@@ -26,6 +26,7 @@ from .plugins import PluginError, UnknownNameError, get_registry
 from .preflight import preflight
 from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
+from .report.judge_audit import judge_audit_command
 from .runlog import RunLogError, final_rows, read_manifest
 from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
 from .tasks import TaskDataError
@@ -543,6 +544,7 @@ cli.add_command(merge_command)
 cli.add_command(new_plugin)
 cli.add_command(check_plugin)
 cli.add_command(data)
+cli.add_command(judge_audit_command)
 
 
 def plugin_rows() -> list[dict]:

@@ -14,6 +14,7 @@ from . import FORMATS, tables
 from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .html import fmt, item_page_name, write_html
+from .judge_audit import judge_audit_section  # issue 27: the judge audit card
 from .pivot import best_at_each_budget
 from .plots import write_plots
 
@@ -472,6 +473,8 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
         raise ReportError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
     data = load_run(Path(run_dir), with_prompts="html" in formats)
     context = build_context(data, reference)
+    # issue 27: the judge audit card (report/judge_audit.py) first in the findings of every judged run
+    judge_audit_section(data.run_dir, data.rows.values()).add_to(context)
     out = data.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
