@@ -3,7 +3,10 @@
 The layout is tau2-bench's ``data/tau2/domains/<domain>/``: ``db.json`` (or ``db.toml``),
 ``tasks.json``, ``split_tasks.json`` and ``policy.md``; mock also has ``user_db.json`` (the
 user's inbox; when the folder lacks it, the copy of upstream's shipped in this package is
-used). The database file is parsed once per process and validated into new records for
+used). Telecom has ``db.toml``, ``user_db.toml`` (the user's phone) and, instead of
+``policy.md``, ``main_policy.md`` plus ``tech_support_manual.md``, joined as upstream does.
+
+The database file is parsed once per process and validated into new records for
 every environment, so each episode starts from the same fresh state.
 """
 
@@ -23,13 +26,20 @@ from .environment import Environment
 from .mock import MockTools, MockUserTools
 from .models import FlightDB, MockDB, MockUserDB, RetailDB
 from .retail import RetailTools
+from .telecom import TelecomTools
+from .telecom_models import TelecomDB, TelecomUserDB
+from .telecom_user import TelecomUserTools, sync
 from .toolkit import Toolkit
 
 DOMAINS: dict[str, tuple[type, type, tuple[type, type] | None]] = {
     "retail": (RetailDB, RetailTools, None),
     "airline": (FlightDB, AirlineTools, None),
     "mock": (MockDB, MockTools, (MockUserDB, MockUserTools)),
+    "telecom": (TelecomDB, TelecomTools, (TelecomUserDB, TelecomUserTools)),
 }
+SYNC = {"telecom": sync}  # upstream's sync_tools, where a domain has one
+TELECOM_POLICY = ("main_policy.md", "tech_support_manual.md")
+PINNED_COMMIT = "a2c024725189473d2d7cea3a5cfdbcc67478e41f"  # the tau2-bench commit the data and semantics follow
 PACKAGED_MOCK_USER_DB = Path(__file__).parent / "data" / "mock_user_db.json"
 REWARD_TYPES = ("DB", "ENV_ASSERTION", "NL_ASSERTION", "ACTION", "COMMUNICATE")
 
@@ -191,7 +201,15 @@ class Domain:
 
     def environment(self) -> Environment:
         """A fresh environment: the database as in the file, nothing applied."""
-        return Environment(self._toolkits, self._pristine)
+        return Environment(self._toolkits, self._pristine, SYNC.get(self.name))
+
+
+def _policy(name: str, folder: Path) -> str:
+    """The agent's policy; telecom's is the main policy and the tech-support manual, tagged as upstream."""
+    if name != "telecom":
+        return (folder / "policy.md").read_text(encoding="utf-8")
+    main, manual = ((folder / f).read_text(encoding="utf-8") for f in TELECOM_POLICY)
+    return f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{manual}\n</tech_support_policy>"
 
 
 def load_domain(name: str, folder: str | Path) -> Domain:
@@ -200,13 +218,16 @@ def load_domain(name: str, folder: str | Path) -> Domain:
         raise TaskDataError(f"tau-bench: unknown domain {name!r}; known: {', '.join(DOMAINS)}")
     folder = Path(folder)
     db_path = next((folder / f for f in ("db.json", "db.toml") if (folder / f).is_file()), None)
-    missing = [f for f in ("tasks.json", "policy.md") if not (folder / f).is_file()]
+    policy_files = TELECOM_POLICY if name == "telecom" else ("policy.md",)
+    needed = ("tasks.json", *policy_files, *(("user_db.toml",) if name == "telecom" else ()))
+    missing = [f for f in needed if not (folder / f).is_file()]
     if db_path is None:
         missing.insert(0, "db.json (or db.toml)")
     if missing:
         raise TaskDataError(
-            f"tau-bench {name}: {folder} lacks {', '.join(missing)}. Pass --task-option path=<folder> "
-            f"holding tau2-bench's data/tau2/domains/{name}/ files."
+            f"tau-bench {name}: {folder} lacks {', '.join(missing)}. Run `budgetbench data fetch tau-bench`, "
+            f"or pass --task-option path=<folder> holding the files of data/tau2/domains/{name}/ in "
+            f"https://github.com/sierra-research/tau2-bench (commit {PINNED_COMMIT})."
         )
     rows = _read(folder / "tasks.json")
     if not isinstance(rows, list):
@@ -226,11 +247,11 @@ def load_domain(name: str, folder: str | Path) -> Domain:
         if unknown:
             raise TaskDataError(f"{split_file}: split {split!r} names unknown task ids {unknown[:5]}")
     user_db_path = None
-    if DOMAINS[name][2] is not None:
+    if name == "telecom":
+        user_db_path = folder / "user_db.toml"
+    elif DOMAINS[name][2] is not None:
         user_db_path = folder / "user_db.json" if (folder / "user_db.json").is_file() else PACKAGED_MOCK_USER_DB
-    domain = Domain(
-        name, folder, (folder / "policy.md").read_text(encoding="utf-8"), tasks, splits, db_path, user_db_path
-    )
+    domain = Domain(name, folder, _policy(name, folder), tasks, splits, db_path, user_db_path)
     try:
         _ = domain.environment().tools  # building the tools validates the database against the schema
     except TaskDataError:

@@ -40,25 +40,36 @@ def merge(base: dict, update: dict) -> dict:
 
 
 class Environment:
-    """One episode's world. ``tools`` act for the agent, ``user_tools`` (mock only) for the user."""
+    """One episode's world. ``tools`` act for the agent, ``user_tools`` (mock, telecom) for the user."""
 
     def __init__(
         self,
         build: Callable[[], tuple[Toolkit, Toolkit | None]],
         pristine: Callable[[], tuple[str, str | None]] | None = None,
+        sync: Callable[[Toolkit, Toolkit], None] | None = None,
     ) -> None:
         """``build`` makes the toolkits (validating the database takes ~0.1 s for airline, so it
         runs at the first call); ``pristine`` gives the untouched databases' hashes, so an
-        environment nobody wrote to is hashed without building it."""
+        environment nobody wrote to is hashed without building it; ``sync`` is upstream's
+        ``sync_tools`` (telecom: the phone learns the line's state), run after every successful
+        tool call and task function, as upstream."""
         self._build = build
         self._kits: tuple[Toolkit, Toolkit | None] | None = None
         self._snapshot = pristine
         self._dirty = pristine is None
+        self._sync = sync
 
     def _ready(self) -> tuple[Toolkit, Toolkit | None]:
         if self._kits is None:
             self._kits = self._build()
+            self.sync()
         return self._kits
+
+    def sync(self) -> None:
+        """Upstream's ``sync_tools`` (nothing outside telecom)."""
+        if self._sync is not None:
+            tools, user_tools = self._ready()
+            self._sync(tools, user_tools)
 
     @property
     def tools(self) -> Toolkit:
@@ -87,6 +98,7 @@ class Environment:
             if kit.is_write(name):
                 self._touch()  # even a failing write may have changed something
             value = kit.use_tool(name, **arguments)
+            self.sync()
         except Exception as exc:  # every failure is shown to the agent, as upstream
             value, error = f"Error: {exc}", True
         else:
@@ -108,7 +120,9 @@ class Environment:
         if env_type not in ("assistant", "user"):
             raise ValueError(f"Invalid environment type: {env_type}")
         self._touch()
-        return getattr(kit, func_name)(**arguments)
+        value = getattr(kit, func_name)(**arguments)
+        self.sync()
+        return value
 
     def update_db(self, which: str, update: dict) -> None:
         self._touch()

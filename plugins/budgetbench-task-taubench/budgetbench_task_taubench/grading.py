@@ -105,6 +105,7 @@ def initial_environment(domain: Domain, task: TaskRecord) -> Environment:
     for action in state.get("initialization_actions") or []:
         env.run_function(action["env_type"], action["func_name"], action.get("arguments") or {})
     _replay_history(env, state.get("message_history") or [], f"task {task.id!r}")
+    env.sync()
     return env
 
 

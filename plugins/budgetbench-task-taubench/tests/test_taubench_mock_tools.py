@@ -102,5 +102,10 @@ def test_loader_reads_every_split_and_names_bad_data(tmp_path):
     (folder / "db.json").unlink()
     with pytest.raises(TaskDataError, match=r"lacks db.json \(or db.toml\)"):
         load_domain("mock", folder)
-    with pytest.raises(TaskDataError, match="unknown domain 'telecom'"):
+    with pytest.raises(TaskDataError, match="unknown domain 'banking'"):
+        load_domain("banking", folder)
+    with pytest.raises(
+        TaskDataError,
+        match=r"lacks db.json \(or db.toml\), main_policy.md, tech_support_manual.md, user_db.toml\. Run `budgetbench data fetch tau-bench`.*github.com/sierra-research/tau2-bench",
+    ):
         load_domain("telecom", folder)
