@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 TERMINAL_EVENTS = ("result", "violation", "error", "admitted")
 FINAL_EVENTS = ("result", "violation")  # a resumed full run keeps these; a prompts-only run also keeps `admitted`
 
@@ -228,6 +228,25 @@ class EpisodeTurn(CellEvent):
 
 
 @dataclass(kw_only=True)
+class ItemRecord:
+    """The content of one item the run used, written to `items.jsonl` in the run directory when the item is
+    first used under a run_key. A resume that meets the same item id with other content stops, naming the
+    item and the parts that changed: the data changed under the same run identity."""
+
+    EVENT: ClassVar[str] = "item"
+    item_id: str = doc("the item's id")
+    run_key: str = doc("the run_key the item was used under")
+    digest: str = doc(
+        "sha256 of the item in canonical form: id, system, history, query (what strategies see) and answer, "
+        "category, metadata (the grading key)"
+    )
+    parts: dict[str, str] = doc("16 hex digits of the sha256 of each of those fields, to name what changed")
+
+    def row(self) -> dict[str, Any]:
+        return {"event": self.EVENT, **{item.name: getattr(self, item.name) for item in fields(self)}}
+
+
+@dataclass(kw_only=True)
 class EpisodeSummary:
     """`episode` on the terminal row (`result`, `violation`, `error`) of an episodic task: the outcome of the
     whole episode. Tasks with single calls have no `episode` field."""
@@ -253,7 +272,7 @@ class EpisodeSummary:
 
 
 CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Admitted, Error)
-ALL_EVENTS = (*CELL_EVENTS, RefusedCall, EpisodeTurn)
+ALL_EVENTS = (*CELL_EVENTS, RefusedCall, EpisodeTurn, ItemRecord)
 
 
 # ----------------------------------------------------------------- docs/events.md
@@ -270,6 +289,8 @@ runs/<name>/retrievals/<system>/<item>.json               what a memory system r
 runs/<name>/cache.sqlite                                  response cache (resume never pays twice; redacted)
 runs/<name>/late_calls.jsonl                              calls refused because their cell had ended
 runs/<name>/episodes.jsonl                                agent turns of episodic tasks (`episode_turn`)
+runs/<name>/items.jsonl                                   the content digest of every item used (`item`)
+runs/<name>/integrity.json                                run id, key fingerprint and the seal (see Integrity)
 runs/<name>/.lock                                         held (flock) by the process writing the run
 runs/<name>/report/                                       tables, plots, index.html
 ```
@@ -283,7 +304,8 @@ Field names are a public schema. They change only with a `schema_version` bump i
 Version 2 added `run_key` on every row, `call` and `metadata_dropped` on `prompt_audit`, `sent`
 and `prompt_hash` on `aux_call`, the `warning` kind, violation phase `served`, error phases
 `reset`, `retrieve`, `extract`, `cell`, `distribution` on errors, `evidence` on `prompt_audit` and
-terminal rows, and the `admitted` kind of prompts-only runs.
+terminal rows, and the `admitted` kind of prompts-only runs. Version 3 added the `chain` field on
+every line, `integrity.json` and `items.jsonl`.
 
 ## Manifest
 
@@ -305,6 +327,18 @@ manifest, retrievals, response cache, report): the value of every environment va
 ends in `KEY`, `TOKEN`, `SECRET`, `PASSWORD` or `CREDENTIAL(S)` (and any 12-character piece of
 it) becomes `<NAME redacted>`, and any `Authorization:`/`Bearer` value becomes `<redacted>`.
 
+## Integrity
+
+Every line of the cell files, `episodes.jsonl`, `late_calls.jsonl` and `items.jsonl` ends with
+`"chain": {{"sha256": D, "hmac": M}}`: `D` is the SHA-256 of the file's bytes before the line and of
+the line without this field, `M` an HMAC-SHA256 of `D` and the file's path under the run's own
+key, kept outside the run directory (`$BUDGETBENCH_KEY_DIR`, else
+`$XDG_STATE_HOME/budgetbench/keys/<run_id>`, else `~/.local/state/budgetbench/keys/<run_id>`,
+mode 0600). `integrity.json` holds `run_id`, `key_id` (the key's public fingerprint) and
+`sealed` (`at`, `files`: each file's `bytes` and `sha256` when the last invocation ended, and
+their `hmac`). `report`, `gate`, `compare`, `plan` and `merge` verify all of it first (see
+docs/reliability.md); readers of the event API (`iter_events`, `final_rows`) drop the field.
+
 ## Run identity
 
 `run_key` is a hash of: task and its options, the sha256 of every data file the task read
@@ -313,7 +347,8 @@ parameters, budgets, repeats, limit, model and api base, tokenizer identity, gra
 version) and judge, seed, temperature, max output tokens, ingest-loss limit, and the
 distribution versions of the core and the plugins used, and `prompts_only` when set (so a
 full run never reuses a prompts-only row). `identity.json` in the run directory
-keeps the fields of every key that wrote rows there.
+keeps the fields of every key that wrote rows there. The items themselves are hashed too
+(`items.jsonl`): a resume meeting an item whose content changed under the same run_key stops.
 
 ## Resume
 
@@ -336,7 +371,7 @@ def render_markdown() -> str:
     lines = [_HEADER]
     common = {f.name for f in fields(CellEvent)}
     lines += [
-        "## Common fields (every event)",
+        "## Common fields (every event but `item`)",
         "",
         "| field | type | meaning |",
         "|---|---|---|",
@@ -347,7 +382,7 @@ def render_markdown() -> str:
     terminal = {f.name for f in fields(Terminal)} - common
     for cls in ALL_EVENTS:
         lines += ["", f"## `{cls.EVENT}`", "", (cls.__doc__ or "").strip().replace("\n    ", "\n"), ""]
-        own = [f for f in fields(cls) if f.name not in common]
+        own = [f for f in fields(cls) if f.name not in common or not issubclass(cls, CellEvent)]
         if issubclass(cls, Terminal):
             own = [f for f in own if f.name not in terminal]
         lines += ["| field | type | meaning |", "|---|---|---|"]

@@ -4,17 +4,25 @@ The key is stamped on every row; resume reuses only rows with the current key, w
 not a manifest is present. ``identity.json`` in the run directory keeps the fields of every
 key that wrote rows there, so a mismatch is refused naming the fields that differ (and, for
 a data file, the file and both hashes).
+
+The declared data files say in readable form what the run read; the items themselves are
+the identity by content: ``ItemLedger`` records the digest of every item a run used and
+refuses an item id whose content changed, whatever the task declares.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .runlog import RunLogError, write_json_atomic
+from .events import ItemRecord
+from .integrity import ITEMS_LOG
+from .messages import Item, Message
+from .runlog import EventLog, RunLogError, read_events, write_json_atomic
 
 KEY_LENGTH = 16
 
@@ -113,3 +121,73 @@ def mismatch_message(
         + " | ".join(parts)
         + ". Resume with the same settings and data, or choose another --out."
     )
+
+
+# ----------------------------------------------------------------- identity by content
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as plain JSON data: messages as ``{role, content, metadata}``, mappings as dicts."""
+    if isinstance(value, Message):
+        return {"role": value.role, "content": value.content, "metadata": _canonical(value.metadata)}
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _sha256(value: Any) -> str:
+    payload = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+ITEM_PARTS = ("system", "history", "query", "answer", "category", "metadata")
+
+
+def item_digest(item: Item) -> tuple[str, dict[str, str]]:
+    """The item's content hash (what strategies see and the grading key: every field, canonical
+    form) and a short hash per field, to say which part changed."""
+    parts = {name: _sha256(_canonical(getattr(item, name)))[:16] for name in ITEM_PARTS}
+    return _sha256([item.id, parts]), parts
+
+
+class ItemChangedError(ValueError):
+    """An item's content differs from what this run directory recorded for the same item id."""
+
+
+class ItemLedger:
+    """The digest of every item a run used, per run_key, in ``items.jsonl`` (chained like the
+    cell files). A task may read data the run identity does not know about; this catches a
+    changed item whatever the task does. ``check(item, run_key)`` for each item the run uses."""
+
+    def __init__(self, run_dir: Path, log: EventLog, data_files: Mapping[str, str] | None = None) -> None:
+        self.path = Path(run_dir) / ITEMS_LOG
+        self.log = log
+        self.data_files = dict(data_files or {})
+        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        if self.path.exists():
+            for row in read_events(self.path):
+                self.known[(row.get("run_key"), row.get("item_id"))] = row
+        self._lock = threading.Lock()
+
+    def check(self, item: Item, run_key: str) -> str:
+        """Record ``item``'s digest, or refuse it when the same id was recorded with other content."""
+        digest, parts = item_digest(item)
+        with self._lock:
+            known = self.known.get((run_key, item.id))
+            if known is None:
+                row = ItemRecord(item_id=item.id, run_key=run_key, digest=digest, parts=parts).row()
+                self.known[(run_key, item.id)] = row
+                self.log.append(row, self.path)
+                return digest
+        if known.get("digest") != digest:
+            before = known.get("parts") or {}
+            changed = [f"{n} (sha256 {before.get(n)} -> {parts[n]})" for n in ITEM_PARTS if before.get(n) != parts[n]]
+            files = ", ".join(sorted(self.data_files)) or "none declared"
+            raise ItemChangedError(
+                f"item {item.id!r} differs from the one this run directory recorded under run_key {run_key}: "
+                f"{'; '.join(changed) or 'its id'}. The task's data changed under the same run identity "
+                f"(declared data files: {files}): restore the data, or choose another --out"
+            )
+        return digest

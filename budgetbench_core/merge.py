@@ -1,10 +1,14 @@
 """``budgetbench merge RUN... -o OUT``: combine the shard directories of one run into one.
 
 Shards (``--shard i/N``) are separate run directories of the same experiment. Merging
-checks that they are the same experiment (same run identity), that together they are the
-shards of one partition with none twice, and that every row in a shard belongs to that
-shard; then it writes one run directory that ``report`` (and a resumed ``run``) reads as if
-the run had been done in one go. Nothing is merged in place: the result is assembled
+verifies each shard (``integrity.verify_run``: every line chained under the shard's key,
+every row of the run's key, no second terminal row for a cell), checks that they are the
+same experiment (same run identity), that together they are the shards of one partition
+with none twice, that every row in a shard belongs to that shard and that the shards read
+the same items; then it writes one run directory, its rows chained again under a key of its
+own, that ``report`` (and a resumed ``run``) reads as if the run had been done in one go.
+The run-level logs (``episodes.jsonl``, ``late_calls.jsonl``, ``items.jsonl``) are merged by
+cell (and item) key like the cell files. Nothing is merged in place: the result is assembled
 beside ``OUT`` and moved there at the end, so an interrupted merge leaves no half directory,
 and the inputs are never changed.
 """
@@ -24,7 +28,8 @@ from typing import Any
 
 import click
 
-from .runlog import TERMINAL_EVENTS, RunLogError, cell_files, now, read_manifest, write_json_atomic
+from .integrity import INTEGRITY_FILE, ITEMS_LOG, RUN_LOGS, chained_files, read_record, verify_run
+from .runlog import TERMINAL_EVENTS, EventLog, now, read_events, read_manifest, write_json_atomic
 from .shards import Shard
 
 # Until every manifest carries a run_key: the config fields that make two runs one experiment.
@@ -47,7 +52,7 @@ _IDENTITY_CONFIG = (
     "max_ingest_loss",
 )
 # Files of a run directory that merge writes itself rather than copies.
-_OWN = {"manifest.json", "cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", ".lock"}
+_OWN = {"manifest.json", "cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", ".lock", INTEGRITY_FILE, *RUN_LOGS}
 _SKIPPED_DIRS = {"cells", "report"}
 
 
@@ -107,14 +112,6 @@ def _not_running(run_dirs: Sequence[Path]) -> Iterator[None]:
         yield
 
 
-def _complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, line with its newline); a torn last line (a write cut by a kill) is left out."""
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.endswith(b"\n"):
-                yield number, line
-
-
 def _merge_cache(sources: Sequence[Path], target: Path) -> int:
     """Copy every table of every source SQLite file into ``target`` (first copy of a key wins:
     the same key is the same request, and a run keeps the first reply it got)."""
@@ -158,8 +155,29 @@ def _copy_extra(source_root: Path, target_root: Path) -> None:
         shutil.copyfile(path, target)
 
 
-def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -> MergeSummary:
-    """Merge the shard directories ``inputs`` into the new run directory ``out``."""
+def _new_item(
+    event: dict[str, Any], run_dir: Path, items: dict[tuple, tuple[str, Path]], path: Path, number: int
+) -> bool:
+    """Whether an ``items.jsonl`` row is the first of its item; the same item read with other
+    content by two shards is an error (they ran on different data)."""
+    key = (event.get("run_key"), event.get("item_id"))
+    seen = items.get(key)
+    if seen is None:
+        items[key] = (event.get("digest"), run_dir)
+        return True
+    if seen[0] != event.get("digest"):
+        raise MergeError(
+            f"{path}: line {number}: item {event.get('item_id')!r} has other content in {run_dir} than in "
+            f"{seen[1]} (digest {event.get('digest')} vs {seen[0]}): the shards read different data"
+        )
+    return False
+
+
+def merge_runs(
+    inputs: Sequence[Path], out: Path, allow_partial: bool = False, key_files: Sequence[Path] = ()
+) -> MergeSummary:
+    """Merge the shard directories ``inputs`` into the new run directory ``out``; ``key_files``
+    hold the keys of shards made on other machines (see ``integrity.find_key``)."""
     inputs = [Path(p) for p in inputs]
     out = Path(out)
     if not inputs:
@@ -176,6 +194,11 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
         if manifest is None:
             raise MergeError(f"{run_dir} is not a run directory (no manifest.json)")
         manifests.append(manifest)
+
+    for run_dir, manifest in zip(inputs, manifests):
+        verified = verify_run(run_dir, key_files, run_key=manifest.get("run_key"))
+        if not verified.ok:
+            raise MergeError(verified.refusal("merge"))
 
     reference = _identity(manifests[0])
     for run_dir, manifest in zip(inputs[1:], manifests[1:]):
@@ -213,45 +236,36 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
         )
 
     task = manifests[0]["config"]["task"]
-    run_key = reference.get("run_key")
     tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     rows = terminal = 0
+    items: dict[tuple, tuple[str, Path]] = {}  # (run_key, item id) -> (digest, the shard that read it)
     with _not_running(inputs):
         try:
             tmp.mkdir(parents=True)
+            log = EventLog(tmp)
             for run_dir, (_, indices) in zip(inputs, coverage):
                 shards = [Shard(i, shard_count) for i in sorted(indices)]
-                for path in cell_files(run_dir):
+                for path in chained_files(run_dir):
                     relative = path.relative_to(run_dir)
-                    target = tmp / relative
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with open(target, "ab") as sink:
-                        for number, line in _complete_lines(path):
-                            if not line.strip():
+                    for number, event in enumerate(read_events(path), start=1):
+                        if relative.name == ITEMS_LOG:
+                            if not _new_item(event, run_dir, items, path, number):
                                 continue
-                            try:
-                                event = json.loads(line)
-                            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                                raise RunLogError(f"{path}: line {number} is not valid JSON ({exc})") from None
-                            if run_key and event.get("run_key") not in (None, run_key):
-                                raise MergeError(
-                                    f"{path}: line {number} carries run_key {event.get('run_key')!r}, "
-                                    f"not the run's {run_key!r}"
-                                )
-                            if not any(
-                                s.owns(event.get("task", task), event["strategy"], event["item_id"]) for s in shards
-                            ):
-                                raise MergeError(
-                                    f"{path}: line {number} (strategy {event['strategy']!r}, item "
-                                    f"{event['item_id']!r}) does not belong to the shards this "
-                                    f"directory holds ({', '.join(map(str, shards))})"
-                                )
-                            sink.write(line)
-                            rows += 1
-                            terminal += event.get("event") in TERMINAL_EVENTS
+                        elif not any(
+                            s.owns(event.get("task", task), event["strategy"], event["item_id"]) for s in shards
+                        ):
+                            raise MergeError(
+                                f"{path}: line {number} (strategy {event['strategy']!r}, item "
+                                f"{event['item_id']!r}) does not belong to the shards this "
+                                f"directory holds ({', '.join(map(str, shards))})"
+                            )
+                        log.append(event, tmp / relative)
+                        rows += 1
+                        terminal += relative.parts[0] == "cells" and event.get("event") in TERMINAL_EVENTS
                 _copy_extra(run_dir, tmp)
+            log.close()
             caches = [d / "cache.sqlite" for d in inputs if (d / "cache.sqlite").exists()]
             cache_entries = _merge_cache(caches, tmp / "cache.sqlite") if caches else 0
             manifest = json.loads(json.dumps(manifests[0]))
@@ -263,6 +277,7 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
                 "from": [
                     {
                         "path": str(d),
+                        "run_id": (read_record(d) or {}).get("run_id"),
                         "shards": sorted(c[1]),
                         "host": m.get("host"),
                         "git_commit": m.get("git_commit"),
@@ -289,9 +304,16 @@ def merge_runs(inputs: Sequence[Path], out: Path, allow_partial: bool = False) -
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="New run directory to create.")
 @click.option("--allow-partial", is_flag=True, help="Merge even if some shards of the partition are missing.")
-def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool) -> None:
+@click.option(
+    "--key-file",
+    "key_files",
+    multiple=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="The key of a shard made on another machine (its file from that machine's key store); repeatable.",
+)
+def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool, key_files: tuple[Path, ...]) -> None:
     """Combine the shard directories of one run (--shard i/N) into one run directory."""
-    summary = merge_runs(runs, out, allow_partial=allow_partial)
+    summary = merge_runs(runs, out, allow_partial=allow_partial, key_files=key_files)
     missing = (
         f", missing {', '.join(f'{i}/{summary.shard_count}' for i in summary.missing_shards)}"
         if summary.missing_shards

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS
+from .integrity import Chain, IntegrityError, chained_files, new_record, read_record, verify_run, write_record
 
 __all__ = ["FINAL_EVENTS", "SCHEMA_VERSION", "TERMINAL_EVENTS"]
 
@@ -216,13 +217,41 @@ def _event_json(row: dict[str, Any]) -> str:
 
 
 class EventLog:
-    """Appends events to the per-cell JSONL files of one run directory (thread-safe)."""
+    """Appends events to the per-cell JSONL files of one run directory (thread-safe).
+
+    Every line is chained (``integrity.Chain``): before the first row, the directory's logs
+    are verified and each file's chain is continued from its end, so a resume (even after a
+    kill -9) keeps the run verifiable and never extends a tampered file; ``close`` seals the
+    directory (``integrity.json``)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._handles: dict[Path, Any] = {}
         self._paths: dict[tuple, Path] = {}
         self._lock = threading.Lock()
+        self._chains: dict[str, Chain] | None = None  # relative path -> its chain, once opened
+        self._run_id = ""
+        self._key = b""
+
+    def open(self) -> None:
+        """Verify what the directory holds and take up its chains (the first ``append`` does it
+        too; calling it first refuses a tampered directory before any work is done)."""
+        with self._lock:
+            self._open()
+
+    def _open(self) -> None:
+        if self._chains is not None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        repair_torn_tails(self.run_dir)
+        if read_record(self.run_dir) is None and not chained_files(self.run_dir):
+            self._run_id, self._key = new_record(self.run_dir)
+            self._chains = {}
+            return
+        found = verify_run(self.run_dir)
+        if not found.ok or found.key is None or found.run_id is None:
+            raise IntegrityError(found.refusal("append to"))
+        self._run_id, self._key, self._chains = found.run_id, found.key, found.chains
 
     def append(self, event: dict[str, Any], path: Path | None = None) -> None:
         """Append ``event`` to its cell's file (or to ``path``, e.g. ``late_calls.jsonl``)."""
@@ -231,27 +260,37 @@ class EventLog:
             path = self._paths.get(key)
             if path is None:
                 path = self._paths[key] = cell_path(self.run_dir, *key)
-        line = redact(_event_json({"time": now(), **event})) + "\n"
+        body = redact(_event_json({"time": now(), **event})).encode("utf-8")
         with self._lock:
+            self._open()
+            assert self._chains is not None
+            relative = path.relative_to(self.run_dir).as_posix()
+            chain = self._chains.get(relative)
+            if chain is None:
+                if path.exists() and path.stat().st_size:
+                    raise IntegrityError(f"{path}: appeared while the run was being written; it is not in its chain")
+                chain = self._chains[relative] = Chain(relative, self._key)
             handle = self._handles.get(path)
             if handle is None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                if path.exists():
-                    _cut_torn_tail(path)
-                handle = open(path, "a", encoding="utf-8")
-                self._handles[path] = handle
-            handle.write(line)
+                handle = self._handles[path] = open(path, "ab")
+            handle.write(chain.line(body))
             handle.flush()
 
     def close(self) -> None:
+        """Close the files and seal the directory: each file's length and digest, under the key."""
         with self._lock:
             for handle in self._handles.values():
                 handle.close()
             self._handles.clear()
+            if self._chains is not None:
+                write_record(self.run_dir, self._run_id, self._key, self._chains, now())
 
 
 def read_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Events of one JSONL file; a torn last line is skipped, any other bad line raises."""
+    """Events of one JSONL file, without their ``chain`` field; a torn last line is skipped,
+    any other bad line raises. Nothing is verified here: readers that decide (report, gate,
+    compare, plan, merge) call ``integrity.verify_run`` first."""
     with open(path, "rb") as handle:
         data = handle.read()
     lines = data.split(b"\n")
@@ -260,9 +299,12 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
         if not raw.strip():
             continue
         try:
-            yield json.loads(raw.decode("utf-8"))
+            event = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RunLogError(f"{path}: line {number} is not valid JSON ({exc})") from None
+        if type(event) is dict:
+            event.pop("chain", None)  # the file's integrity, not the event's (see integrity.py)
+        yield event
     del torn  # an unterminated last line is a write cut short by a crash
 
 
@@ -271,8 +313,8 @@ def cell_files(run_dir: Path) -> list[Path]:
 
 
 def repair_torn_tails(run_dir: Path) -> None:
-    """Cut every cell file's torn last line, including files no resumed cell will append to."""
-    for path in cell_files(run_dir):
+    """Cut every log's torn last line, including files no resumed cell will append to."""
+    for path in chained_files(run_dir):
         _cut_torn_tail(path)
 
 

@@ -1,16 +1,21 @@
 """A run directory read for reporting: terminal rows, prompts, and the checks a report needs.
 
-The terminal state of a row is the last result, violation or error of its
+The one entry point of every command that reads a run (report, gate, compare, plan): the
+directory is verified first (``integrity.verify_run``) and refused when it does not verify,
+unless ``force``, which reads it with its problems listed in ``RunData.unverified``. The
+terminal state of a row is the last result, violation or error of its
 (task, strategy, budget, repeat, item); earlier attempts of a resumed run do not count.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..integrity import verify_run
 from ..runlog import final_rows, iter_events, read_manifest
 
 Key = tuple[str, str, int, int, str]  # task, strategy, budget, repeat, item_id
@@ -28,6 +33,7 @@ class RunData:
     rows: dict[Key, dict[str, Any]]
     prompts: dict[Key, dict[str, Any] | None] = field(default_factory=dict)
     aux_calls: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
+    unverified: list[str] = field(default_factory=list)  # why the directory did not verify (read with force)
 
     @property
     def binary(self) -> bool:
@@ -104,19 +110,23 @@ def check_versions(manifest: dict[str, Any], rows: dict[Key, dict[str, Any]], pa
         )
 
 
-def load_run(run_dir: Path, with_prompts: bool = True) -> RunData:
-    """Read and check a run directory; raises ReportError naming the file at fault."""
+def load_run(run_dir: Path, with_prompts: bool = True, force: bool = False, key_files: Sequence[Path] = ()) -> RunData:
+    """Read, verify and check a run directory; raises ReportError naming the file (and line) at
+    fault. ``force`` reads a directory that does not verify, its problems kept in ``unverified``."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir}: no such run directory")
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise ReportError(f"{run_dir / 'manifest.json'}: missing; is this a budgetbench run directory?")
+    verified = verify_run(run_dir, key_files, run_key=manifest.get("run_key") or "(none in manifest.json)")
+    if not verified.ok and not force:
+        raise ReportError(verified.refusal() + "; --force reads it anyway, marked unverified")
     rows = final_rows(run_dir)
     if not rows:
         raise ReportError(f"{run_dir / 'cells'}: no result, violation or error rows yet")
     check_versions(manifest, rows, run_dir / "manifest.json")
-    data = RunData(run_dir, manifest, rows)
+    data = RunData(run_dir, manifest, rows, unverified=verified.problems)
     if with_prompts:
         pending_prompt: dict[Key, dict[str, Any]] = {}
         pending_aux: dict[Key, list[dict[str, Any]]] = defaultdict(list)
