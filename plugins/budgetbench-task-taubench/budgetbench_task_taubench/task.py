@@ -1,17 +1,19 @@
-"""The ``tau-bench`` task: each tau2 task is one agent episode, graded on the final database.
+"""The ``tau-bench`` task: each tau2 task is one agent episode, graded as upstream grades it.
 
-Options: ``domain`` (retail, airline, mock; default retail), ``split`` (train, test, base;
-default test, or base for mock), ``path`` (a folder in upstream's layout; default
-``$BUDGETBENCH_DATA_DIR/taubench/<domain>``), ``user`` (llm or scripted; default llm),
-``max_turns`` (agent calls per episode, default 30) and ``guidelines`` (the user simulator's
-guidelines file; default ``simulation_guidelines.md`` next to the domain folder).
+Options (docs/plugins/taubench.md): ``domain`` (retail, airline, telecom, mock), ``split``,
+``path``, ``user`` (llm or scripted), ``max_steps`` (200) and ``max_errors`` (10), upstream's
+``DEFAULT_MAX_STEPS`` and ``DEFAULT_MAX_ERRORS``, ``max_turns`` (agent calls; default
+``max_steps``) and ``guidelines`` (the user simulator's guidelines file).
 
-An episode opens as upstream's does (the agent greets, the user answers); every agent reply
-is one JSON action (see ``actions``): a tool call runs on the episode's fresh environment and
-its result is the next message; a message to the user is answered by the simulated user; a
-malformed action is answered with the reason, as a tool error. It ends when the user sends a
-stop token, the agent's message contains ``###STOP###``, or after 10 tool errors (upstream's
-limit; reward 0), or at ``max_turns`` (reward 0).
+An episode opens as upstream's does (the agent greets, the user answers). Each agent reply is
+parsed by ``actions.parse_reply``: tool calls run on the episode's environment and their
+results are the next message; a message goes to the simulated user, whose own tool calls
+(telecom's phone, mock's inbox) run on the environment as the user's and are answered to the
+user alone; a reply that is no action is answered with the reason, as a tool error. Steps are
+counted as upstream's orchestrator counts them (each agent message, user message and batch
+of tool results), and the episode ends as upstream's does: a stop token (the user's, or the
+agent's ``###STOP###``), ``max_steps`` or ``max_errors`` (reward 0), or an empty user reply or
+a user prompt that outgrows the served context (``user_error``, reward 0: upstream raises).
 """
 
 from __future__ import annotations
@@ -34,15 +36,26 @@ from budgetbench_core import (
     data_dir,
 )
 
-from .actions import RESPOND, InvalidAction, parse_action, respond, system_prompt
+from .actions import (
+    AGENT_STOP,
+    RESPOND,
+    Action,
+    InvalidAction,
+    describe_tools,
+    parse_reply,
+    respond,
+    system_prompt,
+    user_action,
+)
 from .domain import DOMAINS, Domain, TaskRecord, load_domain
 from .grading import grade, initial_environment, initial_events
 from .judging import judge_assertions
 from .users import STOP_TOKENS, LLMUser, ScriptedUser
 
 GREETING = "Hi! How can I help you today?"  # upstream's first agent message
-MAX_ERRORS = 10
-AGENT_STOP = "###STOP###"
+MAX_STEPS, MAX_ERRORS = 200, 10  # upstream's DEFAULT_MAX_STEPS, DEFAULT_MAX_ERRORS
+USER_MAX_TOKENS = 4096  # a bound for the simulated user's reply (upstream sets none)
+PACKAGED = Path(__file__).parent / "data"
 
 
 def _result_text(name: str, content: str) -> str:
@@ -50,18 +63,23 @@ def _result_text(name: str, content: str) -> str:
 
 
 class TauEpisode(Episode):
-    """One tau2 task played out: environment, simulated user, trajectory for the grade."""
+    """One tau2 task played out: environment, simulated user, step and error counts, trajectory."""
 
-    def __init__(self, domain: Domain, record: TaskRecord, system: Message, user: Any) -> None:
+    def __init__(
+        self, domain: Domain, record: TaskRecord, system: Message, user: Any, max_steps: int, max_errors: int
+    ) -> None:
         self.domain = domain
         self.record = record
         self.system = system
         self.user = user
+        self.max_steps, self.max_errors = max_steps, max_errors
         self.env = initial_environment(domain, record)
+        self.user_tools = set(type(self.env.user_tools).specs()) if self.env.user_tools is not None else set()
         self.events = initial_events(record)  # the grade's view of the trajectory
-        self.errors = 0
+        self.steps = self.errors = 0
         self.transferred = False
-        self.ended = "user_stop"
+        self.ended: str | None = None
+        self.user_note = ""
 
     def _history_messages(self) -> list[Message]:
         """The task's initial message history (mock), in the action format."""
@@ -90,70 +108,121 @@ class TauEpisode(Episode):
                 out.append(Message("user", event["content"], {"session_id": f"h{index}"}))
         return out
 
+    def _limit(self) -> bool:
+        """Upstream's termination check (after a step not addressed to the environment)."""
+        if self.steps >= self.max_steps:
+            self.ended = "max_steps"
+        if self.errors >= self.max_errors:
+            self.ended = "too_many_errors"
+        return self.ended is not None
+
+    def _user_turn(self, ask: Any) -> str | None:
+        """The user's next message to the agent, running its tool calls; None when the episode ended."""
+        try:
+            text = ask()
+            while True:
+                self.steps += 1
+                call = user_action(text, self.user_tools) if self.user_tools else None
+                if call is None:
+                    break
+                self.events.append({"role": "user", "tool_call": {"name": call.name, "arguments": call.arguments}})
+                result = self.env.call(call.name, call.arguments, "user")
+                self.events.append(
+                    {"role": "tool", "content": result.content, "error": result.error, "requestor": "user"}
+                )
+                self.errors += int(result.error)
+                self.steps += 1
+                if self._limit():
+                    return None
+                text = self.user.tool_result(call.name, result.content)
+        except ValueError as exc:  # the user's prompt outgrew the served context
+            self.ended, self.user_note = "user_error", str(exc)
+            return None
+        if not text.strip():
+            self.ended, self.user_note = "user_error", "the simulated user sent an empty message"
+            return None
+        self.events.append({"role": "user", "content": text})
+        if any(token in text for token in STOP_TOKENS):
+            self.ended = "user_stop"
+        elif self._limit():
+            return None
+        return text
+
     def opening(self) -> list[Message]:
         earlier = self._history_messages()
-        first = self.user.opening(GREETING)
-        self.events += [{"role": "assistant", "content": GREETING}, {"role": "user", "content": first}]
+        self.events.append({"role": "assistant", "content": GREETING})
+        first = self._user_turn(lambda: self.user.opening(GREETING))
         return [
             *earlier,
             Message("assistant", respond(GREETING), {"session_id": "greeting"}),
-            Message("user", first, {"session_id": "turn-0"}),
+            Message(
+                "user", first if first is not None else "(the user ended the conversation)", {"session_id": "turn-0"}
+            ),
         ]
 
     def step(self, reply: str) -> Step:
         turn = len(self.events)
+        if self.ended is not None:  # the user ended it before the agent's first turn
+            return Step(
+                (Message("assistant", reply, {"session_id": f"turn-{turn}"}),), done=True, record={"kind": "ended"}
+            )
+        self.steps += 1
         try:
-            action = parse_action(reply)
+            actions = parse_reply(reply)
         except InvalidAction as exc:
             return self._tool_error(turn, reply, f"Error: invalid action: {exc}")
-        if action.name == RESPOND:
-            content = action.arguments["content"]
-            self.events.append({"role": "assistant", "content": content})
-            said = Message("assistant", reply, {"session_id": f"turn-{turn}", "kind": "message"})
-            if AGENT_STOP in content:
-                self.ended = "agent_stop"
-                return Step((said,), done=True, record={"kind": "agent_stop"})
-            answer = self.user.reply(content, self.transferred) or STOP_TOKENS[0]
-            self.events.append({"role": "user", "content": answer})
-            heard = Message("user", answer, {"session_id": f"turn-{turn + 1}", "kind": "user"})
-            done = any(token in answer for token in STOP_TOKENS)
-            return Step((said, heard), done=done, record={"kind": "message", "user": answer})
-        self.events.append({"role": "assistant", "tool_call": {"name": action.name, "arguments": action.arguments}})
-        result = self.env.call(action.name, action.arguments)
-        self.events.append({"role": "tool", "content": result.content, "error": result.error})
-        if action.name == "transfer_to_human_agents" and not result.error:
-            self.transferred = True
-        if result.error:
-            self.errors += 1
-        done = self.errors >= MAX_ERRORS
-        if done:
-            self.ended = "too_many_errors"
-        mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": action.name}
+        if actions[0].name == RESPOND:
+            return self._message(turn, reply, actions[0].arguments["content"])
+        return self._tools(turn, reply, actions)
+
+    def _message(self, turn: int, reply: str, content: str) -> Step:
+        self.events.append({"role": "assistant", "content": content})
+        said = Message("assistant", reply, {"session_id": f"turn-{turn}", "kind": "message"})
+        if AGENT_STOP in content:
+            self.ended = "agent_stop"
+            return Step((said,), done=True, record={"kind": "agent_stop"})
+        if self._limit():
+            return Step((said,), done=True, record={"kind": "message", "ended": self.ended})
+        answer = self._user_turn(lambda: self.user.reply(content, self.transferred))
+        if answer is None:
+            return Step((said,), done=True, record={"kind": "message", "ended": self.ended})
+        heard = Message("user", answer, {"session_id": f"turn-{turn + 1}", "kind": "user"})
+        return Step((said, heard), done=self.ended is not None, record={"kind": "message", "user": answer})
+
+    def _tools(self, turn: int, reply: str, actions: tuple[Action, ...]) -> Step:
+        results = []
+        for action in actions:
+            self.events.append({"role": "assistant", "tool_call": {"name": action.name, "arguments": action.arguments}})
+            result = self.env.call(action.name, action.arguments)
+            self.events.append({"role": "tool", "content": result.content, "error": result.error})
+            self.transferred = self.transferred or (action.name == "transfer_to_human_agents" and not result.error)
+            self.errors += int(result.error)
+            results.append((action, result))
+        self.steps += 1  # the environment's answer: one step for the batch, as upstream
+        done = self._limit()
+        mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": actions[0].name}
+        text = "\n\n".join(_result_text(a.name, r.content) for a, r in results)
+        error = any(r.error for _, r in results)
         return Step(
             (
                 Message("assistant", reply, {**mark, "exchange_part": "call"}),
-                Message(
-                    "user",
-                    _result_text(action.name, result.content),
-                    {**mark, "exchange_part": "result", "error": result.error},
-                ),
+                Message("user", text, {**mark, "exchange_part": "result", "error": error}),
             ),
             done=done,
-            tool_error=result.error,
+            tool_error=error,
             record={
                 "kind": "tool",
-                "name": action.name,
-                "arguments": action.arguments,
-                "content": result.content,
-                "error": result.error,
+                "calls": [
+                    {"name": a.name, "arguments": a.arguments, "content": r.content, "error": r.error}
+                    for a, r in results
+                ],
             },
         )
 
     def _tool_error(self, turn: int, reply: str, text: str) -> Step:
         self.errors += 1
-        done = self.errors >= MAX_ERRORS
-        if done:
-            self.ended = "too_many_errors"
+        self.steps += 1
+        done = self._limit()
         mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": None}
         return Step(
             (
@@ -166,9 +235,10 @@ class TauEpisode(Episode):
         )
 
     def outcome(self, end_reason: str) -> dict[str, Any]:
-        ended = self.ended if end_reason == "done" else end_reason
+        ended = (self.ended or "user_stop") if end_reason == "done" else end_reason
         graded = grade(self.domain, self.record, self.env, self.events, ended)
-        return {**graded, "ended": ended, "tool_errors": self.errors}
+        extra = {"user_error": self.user_note} if ended == "user_error" else {}
+        return {**graded, "ended": ended, "tool_errors": self.errors, "steps": self.steps, **extra}
 
     def judged(self, outcome: dict[str, Any], judge: JudgeChannel) -> dict[str, Any]:
         """The task's NL assertions judged on the conversation, never part of the reward."""
@@ -179,13 +249,16 @@ def _action_text(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
+OPTIONS = ("domain", "split", "path", "user", "max_steps", "max_errors", "max_turns", "guidelines")
+
+
 class TauBench(EpisodicTask):
     name = "tau-bench"
     default_grader = "exact-match"  # unused: an episode is graded by its outcome (the tau2 reward)
-    max_output_tokens = 256
-    max_turns = 30
-    outcome_version = "2"  # 2: nl_assertions judged with --judge-model, null without
-    description = "tau2-bench retail/airline/mock: tool-agent-user episodes graded on the final database state."
+    max_output_tokens = 4096  # upstream sets no cap; the harness needs one to size the served context
+    max_turns = MAX_STEPS
+    outcome_version = "3"  # 3: upstream's step and error limits, user tools, lenient action parsing
+    description = "tau2-bench retail/airline/telecom/mock: tool-agent-user episodes graded as upstream grades them."
 
     def __init__(
         self,
@@ -193,23 +266,30 @@ class TauBench(EpisodicTask):
         split: str | None = None,
         path: str | None = None,
         user: str = "llm",
-        max_turns: int | str = 30,
+        max_steps: int | str = MAX_STEPS,
+        max_errors: int | str = MAX_ERRORS,
+        max_turns: int | str | None = None,
         guidelines: str | None = None,
         **options: Any,
     ) -> None:
         if options:
-            raise ValueError(
-                f"tau-bench: unknown options {sorted(options)}; known: domain, split, path, user, max_turns, guidelines"
-            )
+            raise ValueError(f"tau-bench: unknown options {sorted(options)}; known: {', '.join(OPTIONS)}")
         if domain not in DOMAINS:
             raise ValueError(f"tau-bench: domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
         if user not in ("llm", "scripted"):
             raise ValueError(f"tau-bench: user must be llm or scripted, got {user!r}")
-        if int(max_turns) <= 0:
-            raise ValueError(f"tau-bench: max_turns must be a positive integer, got {max_turns!r}")
+        limits = {"max_steps": max_steps, "max_errors": max_errors, "max_turns": max_turns or max_steps}
+        for key, value in limits.items():
+            if not str(value).isdigit() or int(value) <= 0:
+                raise ValueError(f"tau-bench: {key} must be a positive integer, got {value!r}")
         split = split or ("base" if domain == "mock" else "test")
         super().__init__(
-            domain=domain, split=split, path=path, user=user, max_turns=int(max_turns), guidelines=guidelines
+            domain=domain,
+            split=split,
+            path=path,
+            user=user,
+            **{k: int(v) for k, v in limits.items()},
+            guidelines=guidelines,
         )
         self.folder = Path(path) if path else data_dir() / "taubench" / domain
         self._domain: Domain | None = None
@@ -242,34 +322,42 @@ class TauBench(EpisodicTask):
                 metadata={"domain": self.options["domain"], "split": self.options["split"]},
             )
 
-    def _guidelines(self) -> str:
-        path = (
-            Path(self.options["guidelines"])
-            if self.options["guidelines"]
-            else self.folder.parent / "simulation_guidelines.md"
-        )
+    def _guidelines(self, with_tools: bool) -> str:
+        """The guidelines file: the option, else upstream's file beside the domain folder (the tools
+        variant, which the shared data lacks, falls back to the copy shipped in this package)."""
+        name = "simulation_guidelines_tools.md" if with_tools else "simulation_guidelines.md"
+        given = self.options["guidelines"]
+        path = Path(given) if given else self.folder.parent / name
+        if not given and with_tools and not path.is_file():
+            path = PACKAGED / name
         if not path.is_file():
             raise TaskDataError(
-                f"tau-bench: user simulator guidelines not found at {path}; pass --task-option "
-                f"guidelines=<file> (upstream's data/tau2/user_simulator/simulation_guidelines.md)"
+                f"tau-bench: user simulator guidelines not found at {path}; run `budgetbench data fetch tau-bench` "
+                f"or pass --task-option guidelines=<file> (upstream's data/tau2/user_simulator/{name})"
             )
         return path.read_text(encoding="utf-8")
 
     def episode(self, item: Item, user: UserChannel) -> TauEpisode:
         record = self.domain.task(item.id)
-        simulated = (
-            ScriptedUser(record.scenario)
-            if self.options["user"] == "scripted"
-            else LLMUser(record.scenario, self._guidelines(), user)
+        user_kit = DOMAINS[self.options["domain"]][2]
+        if self.options["user"] == "scripted":
+            simulated: Any = ScriptedUser(record.scenario)
+        else:
+            tools = describe_tools(user_kit[1].specs()) if user_kit else None
+            simulated = LLMUser(record.scenario, self._guidelines(tools is not None), user, USER_MAX_TOKENS, tools)
+        return TauEpisode(
+            self.domain, record, item.system, simulated, self.options["max_steps"], self.options["max_errors"]
         )
-        return TauEpisode(self.domain, record, item.system, simulated)
 
     def manifest_notes(self) -> dict[str, Any]:
         notes = {
             **super().manifest_notes(),
             "data_folder": str(self.folder),
             "action_format": "json-act",
+            "tools_mode": "json",
             "user_simulator": self.options["user"],
+            "max_steps": self.options["max_steps"],
+            "max_errors": self.options["max_errors"],
             "reward": "tau2 reward by reward_basis; NL_ASSERTION apart (nl_assertions: judged with --judge-model)",
         }
         if self._domain is not None:

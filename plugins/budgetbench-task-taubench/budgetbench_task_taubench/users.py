@@ -10,8 +10,10 @@ a question, and stops when it is asked nothing (or asked the same thing again). 
 plumbing and budgets cheaply; it cannot negotiate, so claims about agents need the LLM user.
 
 The **LLM** user follows upstream's prompt (the simulation guidelines, then the scenario),
-answers at temperature 0 through the harness, and sees the newest conversation that fits the
-served context (its tokens are logged, never budgeted).
+answers at temperature 0 through the harness, and sees the whole conversation, as upstream
+(its tokens are logged, never budgeted). Where the domain gives the user tools (telecom's
+phone, mock's inbox) it gets upstream's tool guidelines and calls them in the agent's JSON
+format (upstream passes native tool schemas).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from budgetbench_core import Message
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 STOP_TOKENS = (STOP, TRANSFER, OUT_OF_SCOPE)
+USER_TOOL_FORMAT = """To perform an action on your device, reply with exactly one JSON object and nothing else:
+{"name": "<tool name>", "arguments": {<the tool's arguments>}}
+The result comes back in the next message; the agent does not see it. Any other reply is sent to the agent."""
 CONFIRMATION = re.compile(
     r"\b(confirm|proceed|yes/no|shall i|should i|would you like me to|do you want me to|"
     r"is that correct|is this correct)\b",
@@ -80,32 +85,36 @@ class ScriptedUser:
 
 
 class LLMUser:
-    """Upstream's user simulator prompt, answered by the served model through ``channel``."""
+    """Upstream's user simulator prompt (guidelines, then the scenario), answered by the served
+    model through ``channel``: the whole conversation every time (no trimming, as upstream),
+    replies capped only by ``max_tokens``. With ``tools`` (telecom, mock) the prompt lists the
+    user's tools and their JSON format; the episode runs the calls and feeds the results back."""
 
-    def __init__(self, scenario: dict[str, Any], guidelines: str, channel: Any, max_tokens: int = 256) -> None:
-        self.system = Message(
-            "system",
-            f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n{scenario_text(scenario)}\n</scenario>",
+    def __init__(
+        self, scenario: dict[str, Any], guidelines: str, channel: Any, max_tokens: int, tools: str | None = None
+    ) -> None:
+        prompt = (
+            f"{guidelines.replace('<PERSONA_GUIDELINES>', '')}\n\n<scenario>\n{scenario_text(scenario)}\n</scenario>"
         )
+        if tools is not None:
+            prompt += f"\n<tools>\n{tools}\n</tools>\n<tool_call_format>\n{USER_TOOL_FORMAT}\n</tool_call_format>"
+        self.system = Message("system", prompt)
         self.channel = channel
         self.max_tokens = max_tokens
         self.turns: list[Message] = []  # the conversation from the user's side: its own turns are "assistant"
 
-    def _answer(self) -> str:
-        kept = list(self.turns)
-        room = self.channel.limit - self.max_tokens
-        while len(kept) > 1 and self.channel.count([self.system, *kept]) > room:
-            kept.pop(0)
-        return self.channel.complete([self.system, *kept], self.max_tokens).strip()
+    def _answer(self, incoming: str) -> str:
+        """The user's next reply to ``incoming``; ``ValueError`` when the prompt outgrows the served context."""
+        self.turns.append(Message("user", incoming))
+        text = self.channel.complete([self.system, *self.turns], self.max_tokens).strip()
+        self.turns.append(Message("assistant", text))
+        return text
 
     def opening(self, greeting: str) -> str:
-        self.turns.append(Message("user", greeting))
-        text = self._answer()
-        self.turns.append(Message("assistant", text))
-        return text
+        return self._answer(greeting)
 
     def reply(self, agent_message: str, transferred: bool) -> str:
-        self.turns.append(Message("user", agent_message))
-        text = self._answer()
-        self.turns.append(Message("assistant", text))
-        return text
+        return self._answer(agent_message)
+
+    def tool_result(self, name: str, content: str) -> str:
+        return self._answer(f"Tool {name} returned:\n{content}")
