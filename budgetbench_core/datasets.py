@@ -20,7 +20,10 @@ class Dataset:
     """A dataset's official files on the Hugging Face hub and where its task reads them.
 
     ``files`` maps a file in the hub repository to its local name under
-    ``data_dir()/folder``; ``name`` is what ``budgetbench data fetch`` takes.
+    ``data_dir()/folder``; ``name`` is what ``budgetbench data fetch`` takes. ``manual``, for
+    files that are not on the hub (or whose licence forbids fetching them for the user), says
+    where to get them and on what terms: ``data fetch`` then prints it with where each file
+    goes, and downloads nothing.
     """
 
     name: str
@@ -28,6 +31,7 @@ class Dataset:
     folder: str
     files: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    manual: str = ""
 
     def __post_init__(self) -> None:
         problems = [

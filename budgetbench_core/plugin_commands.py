@@ -270,6 +270,14 @@ def fetch(dataset, directory, files):
             click.echo(f"present: {folder / source.files[remote]}")
     if not missing:
         return
+    if source.manual:
+        places = "\n".join(f"  {folder / source.files[remote]}" for remote in missing)
+        default = data_dir() / source.folder
+        click.echo(
+            f"{dataset} is not downloaded by budgetbench: {source.manual}\nPlace it here:\n{places}\n"
+            f"Task plugins look in {default} by default, or pass --task-option path=<file>."
+        )
+        raise SystemExit(1)
     if _offline():
         click.echo(
             "offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder)

@@ -27,7 +27,7 @@ def fetch(*args: str):
     return CliRunner().invoke(cli, ["data", "fetch", *args])
 
 
-@pytest.mark.parametrize("dataset", sorted(DATASETS))
+@pytest.mark.parametrize("dataset", sorted(name for name, d in DATASETS.items() if not d.manual))
 def test_offline_names_every_file_and_where_it_goes(offline, dataset):
     result = fetch(dataset)
     assert result.exit_code == 1
@@ -37,6 +37,19 @@ def test_offline_names_every_file_and_where_it_goes(offline, dataset):
         assert f"https://huggingface.co/datasets/{source.repo}/resolve/main/{remote}" in result.output
     assert "HF_HUB_OFFLINE" in result.output and "--task-option path=" in result.output
     assert not (offline / source.folder).exists(), "offline fetch must not create anything"
+
+
+@pytest.mark.parametrize("dataset", sorted(name for name, d in DATASETS.items() if d.manual))
+def test_a_manual_dataset_says_where_to_get_it_and_downloads_nothing(monkeypatch, tmp_path, dataset):
+    """Online too: a dataset whose files are placed by hand (LoCoMo: CC BY-NC) is never downloaded."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("BUDGETBENCH_DATA_DIR", str(tmp_path / "data"))
+    source = DATASETS[dataset]
+    result = fetch(dataset)
+    assert result.exit_code == 1 and source.manual in result.output
+    for local in source.files.values():
+        assert str(tmp_path / "data" / source.folder / local) in result.output
+    assert "--task-option path=" in result.output and not (tmp_path / "data").exists()
 
 
 def test_dir_option_and_how_to_point_tasks_at_it(offline, tmp_path):
@@ -69,6 +82,7 @@ def test_unknown_file_is_refused(offline):
     [
         ("longbench-v2", "longbench-v2", "longbench_v2/longbench_v2_short_sample.json", "data.json"),
         ("longmemeval", "longmemeval", "longmemeval/longmemeval_oracle.json", "longmemeval_s.json"),
+        ("locomo", "locomo", "locomo/locomo10.json", "locomo10.json"),
     ],
 )
 def test_task_reads_the_file_where_fetch_says(offline, dataset, task, shared_file, local):
