@@ -17,7 +17,7 @@ GET = '{"name": "get_user_details", "arguments": {"user_id": "u1"}}'
 ORDER = '{"name": "get_order_details", "arguments": {"order_id": "#W1"}}'
 SAY = '{"name": "respond", "arguments": {"content": "Hello"}}'
 G = ("get_user_details", {"user_id": "u1"})
-O = ("get_order_details", {"order_id": "#W1"})
+ORD = ("get_order_details", {"order_id": "#W1"})
 H = ("respond", {"content": "Hello"})
 
 SHAPES = [
@@ -29,8 +29,8 @@ SHAPES = [
     ("bare code fence", f"```\n{SAY}\n```", [H]),
     ("Qwen <tool_call> wrapper", f"<tool_call>\n{GET}\n</tool_call>", [G]),
     ("<tool_call> without its closing tag", f"<tool_call>\n{GET}", [G]),
-    ("two <tool_call> blocks", f"<tool_call>\n{GET}\n</tool_call>\n<tool_call>\n{ORDER}\n</tool_call>", [G, O]),
-    ("JSON list of two calls", f"[{GET}, {ORDER}]", [G, O]),
+    ("two <tool_call> blocks", f"<tool_call>\n{GET}\n</tool_call>\n<tool_call>\n{ORDER}\n</tool_call>", [G, ORD]),
+    ("JSON list of two calls", f"[{GET}, {ORDER}]", [G, ORD]),
     ("fenced JSON list", f"```json\n[{GET}]\n```", [G]),
     ("'parameters' for 'arguments'", '{"name": "get_user_details", "parameters": {"user_id": "u1"}}', [G]),
     ("arguments as a JSON string", '{"name": "get_user_details", "arguments": "{\\"user_id\\": \\"u1\\"}"}', [G]),
