@@ -29,8 +29,16 @@ def test_prompts_only_run_gives_rows_evidence_recall_and_categories(locomo_file,
     assert len(rows) == 2 * 2 * 8 and {r["event"] for r in rows.values()} == {"admitted"}
     assert {r["category"] for r in rows.values()} == CATEGORIES
     assert all(r["prompt_tokens"] <= r["budget"] for r in rows.values())
-    # ~20K-token conversations: truncation keeps only the newest turns, so evidence is mostly dropped
-    assert all(r["evidence"]["marked"] == len(r["evidence"]["kept"]) + len(r["evidence"]["dropped"]) for r in rows.values())
+    assert all(
+        r["evidence"]["marked"] == len(r["evidence"]["kept"]) + len(r["evidence"]["dropped"]) for r in rows.values()
+    )
+    # 17K-32K-token conversations: truncation keeps the newest turns, where none of these 8
+    # questions' evidence is; checkpoint keeps some of it
+    kept = {
+        s: sum(len(r["evidence"]["kept"]) for r in rows.values() if r["strategy"] == s)
+        for s in ("truncation", "checkpoint")
+    }
+    assert kept["truncation"] == 0 < kept["checkpoint"]
     manifest = json.loads((out / "manifest.json").read_text())
     notes = manifest["task"]
     assert notes["questions_selected"] == {
