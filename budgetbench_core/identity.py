@@ -165,7 +165,7 @@ class ItemLedger:
         self.path = Path(run_dir) / ITEMS_LOG
         self.log = log
         self.data_files = dict(data_files or {})
-        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.known: dict[tuple[Any, Any], dict[str, Any]] = {}
         if self.path.exists():
             for row in read_events(self.path):
                 self.known[(row.get("run_key"), row.get("item_id"))] = row

@@ -156,7 +156,7 @@ def _copy_extra(source_root: Path, target_root: Path) -> None:
 
 
 def _new_item(
-    event: dict[str, Any], run_dir: Path, items: dict[tuple, tuple[str, Path]], path: Path, number: int
+    event: dict[str, Any], run_dir: Path, items: dict[tuple, tuple[Any, Path]], path: Path, number: int
 ) -> bool:
     """Whether an ``items.jsonl`` row is the first of its item; the same item read with other
     content by two shards is an error (they ran on different data)."""
@@ -240,7 +240,7 @@ def merge_runs(
     if tmp.exists():
         shutil.rmtree(tmp)
     rows = terminal = 0
-    items: dict[tuple, tuple[str, Path]] = {}  # (run_key, item id) -> (digest, the shard that read it)
+    items: dict[tuple, tuple[Any, Path]] = {}  # (run_key, item id) -> (digest, the shard that read it)
     with _not_running(inputs):
         try:
             tmp.mkdir(parents=True)
