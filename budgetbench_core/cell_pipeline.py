@@ -17,9 +17,11 @@ from .cell import AuxChannel, CellLog
 from .events import Admitted, Error, PromptAudit, Result, Violation, Warning
 from .evidence import evidence_outcome
 from .gate import AuxiliaryBudgetError, Gated, admit, served_over_budget
+from .host.remote import RemoteStrategy
 from .memory_systems import IngestLossError, MemorySystemStrategy
 from .messages import Item, Message
 from .model_calls import CallFailed
+from .retrievals import load_retrieval, save_retrieval
 from .sandbox import (
     Deadline,
     PluginFailure,
@@ -65,7 +67,7 @@ def strategy_context(
         budget=budget,
         counter=run.counter,
         seed=run.config.seed + repeat,
-        run_dir=run.run_dir,
+        scratch_dir=run.scratch_dir,
         complete=channel,
     )
 
@@ -90,7 +92,12 @@ def build_prompt(
     name = cell.key.strategy
 
     def apply() -> tuple[tuple[Message, ...], list[str], Any]:
+        retriever = strategy if isinstance(strategy, (MemorySystemStrategy, RemoteStrategy)) else None
+        if retriever is not None:
+            retriever.saved_retrieval = load_retrieval(run.run_dir, name, item.id)
         returned = strategy.apply(view.item.history, budget, context)
+        if retriever is not None and retriever.new_retrieval is not None:
+            save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)
         dropped: list[str] = []
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)

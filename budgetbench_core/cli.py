@@ -373,6 +373,14 @@ def run_options(function):
             default=False,
             help="Build, gate, audit and score evidence recall for every cell without calling the model.",
         ),
+        _option(
+            "--isolation",
+            type=click.Choice(["process", "none"]),
+            default="process",
+            show_default=True,
+            help="Where strategies run: 'process' (confined worker processes, what a result needs) or "
+            "'none' (in the harness's process: for debugging a plugin only; recorded in the run).",
+        ),
         *display_options(),
     ]
     for option in reversed(options):

@@ -169,6 +169,11 @@ class FaultServer:
         self._httpd.server_close()
 
     @property
+    def port(self) -> int:
+        assert self._httpd is not None
+        return int(self._httpd.server_address[1])
+
+    @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>``, for clients that add their own paths (Ollama's ``/api``)."""
         assert self._httpd is not None

@@ -2,20 +2,18 @@
 
 A memory system only ingests and retrieves. The harness, not the vendor, decides what
 fits: whole retrieved items in rank order, an item that does not fit is skipped and
-filling continues, never cut mid-item. Retrieval happens once per item and is saved to
-``retrievals/<system>/<item>.json``; every budget tier reuses it.
+filling continues, never cut mid-item. Retrieval happens once per item and the engine saves
+it to ``retrievals/<system>/<item>.json``; every budget tier reuses it.
 """
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from .messages import Item, Message, Session
-from .runlog import redact, safe_name
 from .sandbox import PhaseError
 from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tokenizers import PromptCounter
@@ -137,6 +135,8 @@ def _phase(phase: str, call, owner=None):
     (``owner.current_phase`` says which phase a call that never returns was in)."""
     if owner is not None:
         owner.current_phase = phase
+        if owner.on_phase is not None:
+            owner.on_phase(phase)
     try:
         return call()
     except BaseException as exc:  # noqa: BLE001 - the sandbox records it
@@ -171,6 +171,9 @@ class MemorySystemStrategy(MemoryStrategy):
         self._ranked: list[RetrievedItem] = []
         self._report: IngestReport | None = None
         self.current_phase: str | None = None  # ingest or retrieve while one runs
+        self.on_phase: Callable[[str | None], None] | None = None  # told when current_phase changes
+        self.saved_retrieval: dict[str, Any] | None = None  # set by the engine: this item's saved retrieval
+        self.new_retrieval: dict[str, Any] | None = None  # read by the engine after apply: to save
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -187,13 +190,13 @@ class MemorySystemStrategy(MemoryStrategy):
         self.system.reset()
         self._item_id = None
 
-    def _retrieval_path(self, context: StrategyContext):
-        return context.run_dir / "retrievals" / safe_name(self.name) / f"{safe_name(context.item.id)}.json"
-
     def _prepare(self, context: StrategyContext) -> None:
-        path = self._retrieval_path(context)
-        if path.exists():
-            saved = json.loads(path.read_text(encoding="utf-8"))
+        """Ingest and retrieve for a new item, or take what the engine saved from a previous
+        invocation of this run (``saved_retrieval``). Never touches the run directory: the
+        engine saves ``new_retrieval`` there (only the harness writes a run's files)."""
+        saved = self.saved_retrieval
+        self.new_retrieval = None
+        if isinstance(saved, dict) and saved.get("item_id") == context.item.id:
             self._report = IngestReport.from_dict(saved["ingest"])
             self._ranked = [RetrievedItem(**r) for r in saved["ranked"]]
         else:
@@ -214,25 +217,13 @@ class MemorySystemStrategy(MemoryStrategy):
                     "retrieve", TypeError(f"memory system {self.name!r} retrieve must return list[RetrievedItem]")
                 )
             self._ranked = [_plain_retrieved(r) for r in ranked]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(
-                redact(
-                    json.dumps(
-                        {
-                            "item_id": context.item.id,
-                            "system": self.name,
-                            "query": context.item.query.content,
-                            "ingest": self._report.to_dict(),
-                            "ranked": [asdict(r) for r in self._ranked],
-                        },
-                        ensure_ascii=False,
-                        indent=1,
-                    )
-                ),
-                encoding="utf-8",
-            )
-            tmp.replace(path)
+            self.new_retrieval = {
+                "item_id": context.item.id,
+                "system": self.name,
+                "query": context.item.query.content,
+                "ingest": self._report.to_dict(),
+                "ranked": [asdict(r) for r in self._ranked],
+            }
         self._item_id = context.item.id
         self.current_phase = None
 

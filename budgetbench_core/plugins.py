@@ -8,6 +8,13 @@ allowed entry point once, each guarded: a plugin that fails to import, raises (e
 others still load. ``BUDGETBENCH_LOAD_PLUGINS=a,b`` restricts loading to those
 entry-point names.
 
+A run imports only what it uses: ``index()`` maps every registered name to the entry point
+that registers it, computed by importing the plugins in a child process (so no plugin's
+import-time code runs in the harness) and cached by the installed entry points and their
+files; ``get`` then imports that one entry point, and resolution hooks import only the
+plugins that implement them. Strategies are not even imported: they run in workers
+(``host``), and ``locate`` names their distribution from the index.
+
 Each registration hook is called per plugin so every name is attributed to the
 distribution that registered it. A name registered twice is an error naming both
 distributions; the name is then unusable, and every other registration (of the same
@@ -17,9 +24,13 @@ hook, by the same plugin) still counts.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import inspect
 import io
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -27,6 +38,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -194,6 +206,7 @@ class Registry:
         self.conflicts: dict[tuple[str, str], str] = {}
         self._pending: list[tuple[metadata.EntryPoint, PluginInfo]] = []
         self._load_lock = threading.RLock()
+        self._index: dict[str, Any] | None = None
         for entry_point in entry_points or []:
             distribution, version = _distribution_of(entry_point)
             info = PluginInfo(entry_point.name, distribution, version, value=entry_point.value)
@@ -212,14 +225,14 @@ class Registry:
         """Every plugin known so far, from metadata alone: nothing is imported."""
         return [*self._plugins, *(info for _, info in self._pending)]
 
-    def load(self) -> Registry:
-        """Import every pending entry point (once), each guarded. Lookups may come from a
-        run's worker threads, so one thread loads while the others wait for it."""
+    def load(self, only: set[str] | None = None) -> Registry:
+        """Import the pending entry points (``only`` those names, if given) once, each guarded.
+        Lookups may come from a run's worker threads, so one thread loads while the others wait."""
         if not self._pending:
             return self
         with self._load_lock:
-            while self._pending:
-                entry_point, info = self._pending[0]
+            for pending in [p for p in self._pending if only is None or p[0].name in only]:
+                entry_point, info = pending
                 try:
                     module = None
                     with _contained(info, f"failed to import {entry_point.value}:"):
@@ -229,8 +242,50 @@ class Registry:
                     else:
                         self.add_plugin(module, info)
                 finally:  # pending until registered: a lookup never sees half a plugin
-                    self._pending.pop(0)
+                    self._pending.remove(pending)
         return self
+
+    # ------------------------------------------------------------- the index
+
+    def index(self) -> dict[str, Any]:
+        """``{"names": {kind: {name: entry point}}, "resolvers": [entry points]}`` of the
+        pending entry points, made in a child process (``host.index``) and cached on disk."""
+        if self._index is None:
+            pending = sorted(self._pending, key=lambda p: p[0].name)
+            digest = hashlib.sha256(json.dumps([_fingerprint(ep) for ep, _ in pending]).encode()).hexdigest()[:24]
+            cache = _cache_dir() / f"plugin-index-{digest}.json"
+            try:
+                self._index = json.loads(cache.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self._index = _build_index([ep.name for ep, _ in pending])
+                with contextlib.suppress(OSError):
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(self._index), encoding="utf-8")
+                    tmp.replace(cache)
+        return self._index
+
+    def _load_for(self, kind: str, name: str) -> None:
+        """Import only the entry point that registers ``name`` (all of them if the index
+        does not know it: an unknown name then lists everything that is installed)."""
+        if not self._pending or name in self._entries[kind]:
+            return
+        entry = self.index()["names"].get(kind, {}).get(name)
+        self.load({entry} if entry else None)
+
+    def registered(self, kind: str, name: str) -> Registered | None:
+        """``name`` if it is already registered in this process (loaded or added by code), else None."""
+        return self._entries[kind].get(name)
+
+    def locate(self, kind: str, name: str) -> PluginInfo:
+        """The plugin that registers ``name``, from the index alone: nothing is imported here."""
+        if name in self._entries[kind] or not self._pending:
+            return self.get(kind, name).plugin
+        entry = self.index()["names"].get(kind, {}).get(name)
+        known = next((info for ep, info in self._pending if ep.name == entry), None)
+        if known is None:
+            return self.get(kind, name).plugin  # unknown: the lookup's error lists what there is
+        return known
 
     @property
     def plugins(self) -> list[PluginInfo]:
@@ -312,7 +367,8 @@ class Registry:
     # ------------------------------------------------------------- lookups
 
     def get(self, kind: str, name: str) -> Registered:
-        entries = self.entries[kind]
+        self._load_for(kind, name)
+        entries = self._entries[kind]
         if (kind, name) in self.conflicts:
             raise PluginError(self.conflicts[(kind, name)])
         try:
@@ -336,7 +392,8 @@ class Registry:
 
     def _first_result(self, hook_name: str, **kwargs: Any) -> tuple[Any, str | None]:
         """Call a firstresult hook in pluggy's order, naming the plugin whose code failed."""
-        self.load()
+        if self._pending:
+            self.load(set(self.index()["resolvers"]))
         hook = getattr(self.manager.hook, hook_name)
         for impl in reversed(hook.get_hookimpls()):
             if impl.hookwrapper or impl.wrapper:
@@ -402,6 +459,38 @@ class Registry:
                 if cli.commands.get(name) is not command:
                     cli.commands[name] = command
                     plugin.add_error(f"register_commands tried to replace the command {name!r}; kept the original")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "budgetbench"
+
+
+def _fingerprint(entry_point: metadata.EntryPoint) -> list[Any]:
+    """What the index of ``entry_point`` depends on: its target and its distribution's
+    version, and the modification time of its module's files (editable installs change in place)."""
+    distribution, version = _distribution_of(entry_point)
+    module = entry_point.value.partition(":")[0]
+    times: list[float] = []
+    with contextlib.suppress(Exception):
+        top = module.partition(".")[0]
+        spec = importlib.util.find_spec(top)  # a top-level name: imports nothing
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            times.extend(sorted(p.stat().st_mtime for p in Path(folder).rglob("*.py")))
+        if spec and spec.origin and not spec.submodule_search_locations:
+            times.append(Path(spec.origin).stat().st_mtime)
+    return [entry_point.name, entry_point.value, distribution, version, max(times, default=0.0), len(times)]
+
+
+def _build_index(names: list[str]) -> dict[str, Any]:
+    """The index, computed by ``python -m budgetbench_core.host.index`` over ``names``."""
+    env = {**os.environ, "BUDGETBENCH_LOAD_PLUGINS": ",".join(names)}
+    done = subprocess.run(
+        [sys.executable, "-m", "budgetbench_core.host.index"], capture_output=True, text=True, env=env, timeout=600
+    )
+    if done.returncode != 0:
+        raise PluginError(f"could not index the installed plugins: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def allowed_plugins() -> set[str] | None:

@@ -20,7 +20,9 @@ import itertools
 import os
 import platform
 import random
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -45,6 +47,8 @@ from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
+from .host.pool import PluginHost, PluginHostError, Source, strategy_source
+from .host.remote import RemoteStrategy
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
 from .memory_systems import MemorySystem, MemorySystemStrategy
 from .messages import Item, Message
@@ -65,7 +69,7 @@ from .sandbox import (
 )
 from .scheduling import RunJob, window_shuffle, window_size
 from .shards import Shard, ShardError
-from .strategies import MemoryStrategy
+from .strategies import MemoryStrategy, resets_nothing
 from .tasks import Task, TaskDataError, hidden_metadata_keys
 from .tokenizers import PromptCounter, Tokenizer
 
@@ -109,6 +113,9 @@ class RunConfig:
     server_prompt_cache: bool = False  # let a llama.cpp server reuse cached prompts: faster, replies may differ
     prompts_only: bool = False  # strategies, gate, audit and evidence recall only: no model call
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE  # the same transport error this often: stop
+    # "process": strategies run in confined worker processes (host/); "none": in this process,
+    # for debugging a plugin only (recorded in the identity and shown in the report header)
+    isolation: str = "process"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -187,27 +194,6 @@ def canonical_item(task: str, item: Any) -> Item:
     )
 
 
-_MRO = type.__dict__["__mro__"].__get__
-_CLASS_DICT = type.__dict__["__dict__"].__get__
-
-
-def resets_nothing(strategy: Any) -> bool:
-    """True when ``strategy.reset`` can only be ``MemoryStrategy.reset``, which does nothing:
-    no class before it defines ``reset``, no class defines attribute lookup of its own, and the
-    instance holds no ``reset``. Read from the type's own slots, never through the plugin."""
-    mro = _MRO(type(strategy))
-    base = next((index for index, klass in enumerate(mro) if klass is MemoryStrategy), None)
-    if base is None or any("reset" in _CLASS_DICT(klass) for klass in mro[:base]):
-        return False
-    if any("__getattribute__" in _CLASS_DICT(k) or "__getattr__" in _CLASS_DICT(k) for k in mro if k is not object):
-        return False
-    try:
-        own = object.__getattribute__(strategy, "__dict__")
-    except AttributeError:
-        return True
-    return type(own) is dict and "reset" not in own
-
-
 class Run:
     """One run directory being filled. Build with ``Run(config, registry)``, then ``execute()``."""
 
@@ -223,7 +209,17 @@ class Run:
         grader_name = config.grader or self.task.default_grader
         self.grader: Grader = self._instantiate("grader", grader_name)
         self.grader_name = grader_name
-        self.strategy_classes = {name: registry.get("strategy", name).obj for name in config.strategies}
+        if config.isolation not in ("process", "none"):
+            raise RunConfigError(f"--isolation must be 'process' or 'none', got {config.isolation!r}")
+        # In-process strategies are imported here; isolated ones only in their workers.
+        self.strategy_classes = (
+            {name: registry.get("strategy", name).obj for name in config.strategies}
+            if config.isolation == "none"
+            else {}
+        )
+        self.host: PluginHost | None = None  # the workers of an isolated run, started with the run
+        # Plugins' own files (indexes, databases): outside the run directory, removed at the end.
+        self.scratch_dir = Path(tempfile.mkdtemp(prefix="budgetbench-scratch-"))
         self.max_output_tokens = config.max_output_tokens or self.task.max_output_tokens
         resolved = registry.resolve_backend(config.model)  # the resolve_backend hook: plugins may claim a model
         self.backend_name = resolved.name
@@ -259,8 +255,7 @@ class Run:
     # ----------------------------------------------------------------- plugins
 
     def ref(self, kind: str, name: str) -> PluginRef:
-        registered = self.registry.get(kind, name)
-        return PluginRef(kind, name, registered.plugin.distribution)
+        return PluginRef(kind, name, self.registry.locate(kind, name).distribution)
 
     def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
         registered = self.registry.get(kind, name)
@@ -275,8 +270,16 @@ class Run:
             ) from None
 
     def _new_strategy(self, name: str) -> MemoryStrategy:
-        cls = self.strategy_classes[name]
         params = self.config.strategy_params.get(name, {})
+        if self.host is not None:
+            try:
+                return self.host.new_strategy(name, params, self.config.max_ingest_loss, self._source(name))
+            except PluginHostError as exc:
+                raise PluginError(
+                    f"strategy {name!r} from {self.ref('strategy', name).distribution} could not be created with "
+                    f"{params}: {exc}"
+                ) from None
+        cls = self.strategy_classes[name]
 
         def create() -> MemoryStrategy:
             if isinstance(cls, type) and issubclass(cls, MemorySystem):
@@ -293,6 +296,12 @@ class Run:
 
     def _strategy(self, name: str) -> MemoryStrategy:
         """One instance per worker thread: strategies keep per-item state."""
+        if self.host is not None:
+            try:
+                params = self.config.strategy_params.get(name, {})
+                return self.host.strategy(name, params, self.config.max_ingest_loss, self._source(name))
+            except PluginHostError as exc:
+                raise PluginError(f"strategy {name!r} could not be created: {exc}") from None
         cache = getattr(self._local, "strategies", None)
         if cache is None:
             cache = self._local.strategies = {}
@@ -300,7 +309,19 @@ class Run:
             cache[name] = self._new_strategy(name)
         return cache[name]
 
+    def _source(self, name: str) -> Source:
+        """None for a strategy installed as an entry point (its worker finds it the same way);
+        for one registered by code in this process (tests), where its worker imports it from."""
+        registered = self.registry.registered("strategy", name)
+        if registered is None:
+            return None
+        return strategy_source(registered.obj, registered.plugin.distribution, registered.plugin.version)
+
     def _discard_strategy(self, name: str) -> None:
+        """After a timeout or failure: an isolated strategy's worker is killed (nothing it
+        started can reach a server afterwards); an in-process one is only dropped."""
+        if self.host is not None:
+            self.host.discard(name)
         getattr(self._local, "strategies", {}).pop(name, None)
 
     # ----------------------------------------------------------------- setup
@@ -425,7 +446,7 @@ class Run:
             self.tokenizer_plugin.distribution: self.tokenizer_plugin.version,
         }  # resolved, maybe unregistered
         for kind, name in used:
-            plugin = self.registry.get(kind, name).plugin
+            plugin = self.registry.locate(kind, name)
             versions[plugin.distribution] = plugin.version
         return dict(sorted(versions.items()))
 
@@ -450,6 +471,7 @@ class Run:
             "max_output_tokens": self.max_output_tokens,
             "max_ingest_loss": c.max_ingest_loss,
             "server_prompt_cache": c.server_prompt_cache,
+            "isolation": self.host.describe() if self.host is not None else {"isolation": "none", "sandbox": "none"},
             "versions": self._plugin_versions(),
             **({"prompts_only": True} if c.prompts_only else {}),  # absent otherwise: older keys stay valid
         }
@@ -471,10 +493,13 @@ class Run:
             )
         except PluginFailure as failure:
             raise PluginError(failure.cause) from None
+        finally:
+            if isinstance(strategy, RemoteStrategy):
+                strategy.close()
         described = json_safe_or_empty(described)
         return {
             **(described if isinstance(described, dict) else {}),
-            "distribution": self.registry.get("strategy", name).plugin.distribution,
+            "distribution": self.registry.locate("strategy", name).distribution,
         }
 
     def _manifest(self, tokenizer: Tokenizer, started: str, identity: dict[str, Any]) -> dict[str, Any]:
@@ -495,8 +520,8 @@ class Run:
             },
             "plugins_used": {
                 f"{kind}:{name}": {
-                    "distribution": self.registry.get(kind, name).plugin.distribution,
-                    "version": self.registry.get(kind, name).plugin.version,
+                    "distribution": self.registry.locate(kind, name).distribution,
+                    "version": self.registry.locate(kind, name).version,
                 }
                 for kind, name in sorted(used)
             },
@@ -608,7 +633,8 @@ class Run:
         item, view = unit.item, PrivateView(unit.item, self.hidden_metadata)
         strategy = self._strategy(unit.strategy)
         try:
-            if not resets_nothing(strategy):  # the base class's no-op needs no worker
+            no_op = strategy.resets_nothing() if isinstance(strategy, RemoteStrategy) else resets_nothing(strategy)
+            if not no_op:  # the base class's no-op needs no call
                 contained(
                     "reset", self.ref("strategy", unit.strategy), strategy.reset, Deadline(self.config.item_timeout_s)
                 )
@@ -701,6 +727,8 @@ class Run:
             tokenizer = self._tokenizer()
             self.counter = PromptCounter(tokenizer)
             self.tokenizer_info = tokenizer.info.to_dict()
+            if self.config.isolation == "process":
+                self.host = PluginHost(self.tokenizer_info, self.scratch_dir)
             identity = self.identity(tokenizer, data_files)
             self.run_key = run_key(identity)
             repair_torn_tails(self.run_dir)
@@ -770,6 +798,9 @@ class Run:
                 }
                 write_json_atomic(self.run_dir / "manifest.json", manifest)
         finally:
+            if self.host is not None:
+                self.host.close()
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
             self.backend.stop()
             if self.judge_backend:
                 self.judge_backend.stop()

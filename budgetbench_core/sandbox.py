@@ -100,8 +100,20 @@ class Deadline:
         return inner
 
 
+class PluginRaised(RuntimeError):
+    """An exception raised by plugin code in its worker process, as the worker described it
+    (``Type: message``): the harness never unpickles a plugin's exception object."""
+
+    def __init__(self, description: str, traceback: str = "") -> None:
+        super().__init__(description)
+        self.description = description
+        self.plugin_traceback = traceback
+
+
 def describe_exception(exc: BaseException) -> str:
     """``Type: message`` without running plugin code that could raise or hang (``__str__``)."""
+    if type(exc) is PluginRaised:
+        return exc.description
     name = type(exc).__name__
     try:
         args = exc.args if isinstance(exc.args, tuple) else ()

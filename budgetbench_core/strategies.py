@@ -34,6 +34,8 @@ class StrategyContext:
     harness: its prompt is budget-checked against the same budget, and its tokens and
     latency are logged. ``audit`` is free-form detail (retrieval scores, chosen units)
     copied into the ``prompt_audit`` event so a reader sees why each part was kept.
+    ``scratch_dir`` is the strategy's own folder for files it keeps during a run (an index, a
+    database): outside the run directory, which only the harness writes and no plugin reads.
     """
 
     item: Item
@@ -41,7 +43,7 @@ class StrategyContext:
     counter: PromptCounter
     complete: AuxiliaryCall
     seed: int
-    run_dir: Path
+    scratch_dir: Path
     audit: dict[str, Any] = field(default_factory=dict)
 
     def frame(self, kept: list[Message]) -> list[Message]:
@@ -78,3 +80,24 @@ class MemoryStrategy(ABC):
     def describe(self) -> dict[str, Any]:
         """Recorded in the manifest."""
         return {"name": self.name, "regime": self.regime.value, "params": self.params}
+
+
+_MRO = type.__dict__["__mro__"].__get__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def resets_nothing(strategy: Any) -> bool:
+    """True when ``strategy.reset`` can only be ``MemoryStrategy.reset``, which does nothing:
+    no class before it defines ``reset``, no class defines attribute lookup of its own, and the
+    instance holds no ``reset``. Read from the type's own slots, never through the plugin."""
+    mro = _MRO(type(strategy))
+    base = next((index for index, klass in enumerate(mro) if klass is MemoryStrategy), None)
+    if base is None or any("reset" in _CLASS_DICT(klass) for klass in mro[:base]):
+        return False
+    if any("__getattribute__" in _CLASS_DICT(k) or "__getattr__" in _CLASS_DICT(k) for k in mro if k is not object):
+        return False
+    try:
+        own = object.__getattribute__(strategy, "__dict__")
+    except AttributeError:
+        return True
+    return type(own) is dict and "reset" not in own

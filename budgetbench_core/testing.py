@@ -283,7 +283,7 @@ class ConformanceKit:
                         counter=self.counter,
                         complete=self._complete(budget),
                         seed=self.seed,
-                        run_dir=Path(run_dir),
+                        scratch_dir=Path(run_dir),
                     )
                     try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
                         cell.prompt = contained(
@@ -414,7 +414,7 @@ class ConformanceKit:
                 counter=self.counter,
                 complete=self._complete(max(self.budgets)),
                 seed=self.seed,
-                run_dir=Path(run_dir),
+                scratch_dir=Path(run_dir),
             )
             system.reset()
             try:
@@ -641,7 +641,7 @@ def strategy_context(
         counter=counter,
         complete=complete or no_model_calls,
         seed=seed,
-        run_dir=Path(run_dir),
+        scratch_dir=Path(run_dir),
     )
 
 

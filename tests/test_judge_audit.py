@@ -42,7 +42,7 @@ def strict(messages):
     response = prompt.split("Model Response:", 1)[1].rsplit("\n\n", 1)[0]
     if "Explanation:" in prompt:
         return "yes" if "don't know" in response else "no"
-    gold = prompt.split("Correct Answer:", 1)[1].split("Model Response:", 1)[0]
+    gold = re.split(r"Correct Answer:|Rubric:", prompt, maxsplit=1)[1].split("Model Response:", 1)[0]
     return "yes" if f" {_norm(gold)} " in f" {_norm(response)} " else "no"
 
 

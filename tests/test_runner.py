@@ -59,7 +59,7 @@ def test_full_context_over_budget_is_a_violation_and_never_sent(finished_run):
 def test_manifest_records_versions_model_and_tokenizer(finished_run):
     out, _ = finished_run
     manifest = read_manifest(out)
-    assert manifest["schema_version"] == "2" and manifest["run_key"]
+    assert manifest["schema_version"] == "3" and manifest["run_key"]
     assert manifest["tokenizer"]["exact"] is True and manifest["tokenizer"]["backend"] == "llama.cpp-server"
     assert manifest["versions"]["budgetbench"]
     assert manifest["plugins_used"]["strategy:truncation"]["distribution"] == "budgetbench"
@@ -117,7 +117,9 @@ def test_response_cache_survives_a_new_server_port(tmp_path):
     assert first.model_calls == 1
     import shutil
 
-    shutil.rmtree(tmp_path / "cells")  # as if the process died after the call, before the row
+    for path in tmp_path.iterdir():  # as if the process died after the call, before any row or seal
+        if path.name != "cache.sqlite":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     second = run(config(tmp_path, strategies=["truncation"], budgets=[256], limit=1))
     assert second.model_calls == 0
     (row,) = final_rows(tmp_path).values()

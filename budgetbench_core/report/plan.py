@@ -1,19 +1,12 @@
-"""Sample sizes for paired comparisons, planned from a pilot run.
+"""Sample sizes for paired comparisons, planned from a pilot run (formulas in ``power``).
 
-For two cells compared over the same items, the per-item difference d = candidate - reference
-is what the report's paired interval is built on. The planner asks how many items make that
-95% interval exclude zero (to *detect* a delta) or stay above ``-margin`` (to show
-*non-inferiority*) in 80% of runs:
-
-- binary quality (every item value 0 or 1): d is -1, 0 or +1, so only discordant items carry
-  information. With discordance psi = P(d != 0) from the pilot and effect delta,
-  n = (z_a * sqrt(psi0) + z_b * sqrt(psi - delta**2))**2 / effect**2 (Connor 1987, the
-  McNemar power formula), where psi0 is the variance at the null boundary (psi for
-  detection, psi - margin**2 for non-inferiority); for detection, whose verdict also needs
-  the exact sign test, with Fleiss' continuity correction n/4 * (1 + sqrt(1 + 2/(n*effect)))**2;
-- graded quality: the smallest n at which the report's bounded-t interval (a t-interval with
-  z**2 pseudo-items at -1 and +1) clears the boundary with the given power, taking the
-  pilot's sd of d and the assumed delta as the truth.
+For every pair of strategies at each tier, the pilot's per-item values (an item's mean over
+its repeats) give the spread, and ``power`` the items a run with the pilot's repeats needs.
+A pilot with repeats also shows how often outcomes flip between repeats (``noise``): its
+rows then carry the flip rate and the items a *single-repeat* run would need, planned from
+single-repeat outcomes (repeat k of one cell against repeat k of the other), whose
+discordance includes that repeat noise. Averaging repeats removes part of the noise, so
+fewer items are needed with more repeats: the two figures show the trade.
 
 The pilot's spread is taken as the truth, so a small pilot gives a rough plan; the tests
 check the formulas against simulations of the report's own interval.
@@ -28,14 +21,15 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from . import stats
+from .curve import is_control
 from .data import RunData
+from .noise import cell_noise, repeat_values
 from .pairing import pair_cells
+from .power import CONFIDENCE, POWER, binary_items_needed, graded_items_needed
 
-POWER = 0.80
-CONFIDENCE = 0.95
+__all__ = ["Plan", "binary_items_needed", "graded_items_needed", "plan_pair", "plan_table"]
 
 
 @dataclass(frozen=True)
@@ -50,68 +44,6 @@ class Plan:
     pilot_items: int
     needed: int | None
     reason: str = ""
-
-
-def _z(confidence: float, power: float) -> tuple[float, float]:
-    return float(scipy_stats.norm.ppf(1 - (1 - confidence) / 2)), float(scipy_stats.norm.ppf(power))
-
-
-def binary_items_needed(
-    discordance: float, delta: float, margin: float | None = None, confidence: float = CONFIDENCE, power: float = POWER
-) -> float:
-    """Items for a paired binary comparison (Connor's formula); ``inf`` when it cannot succeed.
-
-    ``delta`` is the true difference assumed; with ``margin`` the goal is a lower bound above
-    ``-margin``, else an interval that excludes zero on the side of ``delta``.
-    """
-    z_a, z_b = _z(confidence, power)
-    boundary = -margin if margin is not None else 0.0
-    effect = abs(delta - boundary) if margin is None else delta - boundary
-    if effect <= 0:
-        return math.inf
-    psi = max(discordance, abs(delta), abs(boundary))
-    null_var = psi - boundary**2
-    alt_var = max(psi - delta**2, 0.0)
-    n = (z_a * math.sqrt(null_var) + z_b * math.sqrt(alt_var)) ** 2 / effect**2
-    if margin is None:  # the verdict also needs the exact sign test: Fleiss' continuity correction
-        n = n / 4 * (1 + math.sqrt(1 + 2 / (n * effect))) ** 2
-    return n
-
-
-def graded_items_needed(
-    sd: float, delta: float, margin: float | None = None, confidence: float = CONFIDENCE, power: float = POWER
-) -> float:
-    """Items for a paired graded comparison with the report's bounded-t interval.
-
-    The bounded t adds k = z**2 pseudo-items, half at -1 and half at +1, to the per-item
-    differences: the centre shrinks to n*delta/(n+k) and the spread grows, which matters at
-    the n a pilot suggests (a plain t formula is 25-35% short there). The smallest n whose
-    expected bound clears the boundary with the given power is found by bisection.
-    """
-    effect = abs(delta) if margin is None else delta + margin
-    if effect <= 0 or sd <= 0:
-        return math.inf
-    delta = abs(delta) if margin is None else delta
-    boundary = 0.0 if margin is None else -margin
-    k = stats.PSEUDO
-    z_b = float(scipy_stats.norm.ppf(power))
-
-    def enough(n: int) -> bool:
-        weight = n + k
-        centre = n * delta / weight
-        var = max((n * (sd * sd + delta * delta) + k - weight * centre * centre) / (weight - 1), 0.0)
-        t_a = scipy_stats.t.ppf(1 - (1 - confidence) / 2, n - 1)
-        return centre - t_a * math.sqrt(var / weight) - boundary >= z_b * sd * math.sqrt(n) / weight
-
-    low, high = 2, 2
-    while not enough(high):
-        low, high = high, high * 2
-        if high > 10_000_000:
-            return math.inf
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if enough(middle) else (middle + 1, high)
-    return float(high)
 
 
 def is_binary(values: Sequence[float] | np.ndarray) -> bool:
@@ -182,9 +114,11 @@ def plan_table(
     confidence: float = CONFIDENCE,
     power: float = POWER,
 ) -> list[dict[str, Any]]:
-    """One row per pair of strategies at each budget tier (earlier strategy as reference)."""
+    """One row per pair of strategies at each budget tier (earlier strategy as reference);
+    controls (``control:`` strategies) are never paired. With repeats, also ``flip_rate`` (the
+    larger of the two cells') and ``needed_one_repeat``."""
     cells = data.cells()
-    order = data.strategy_order()
+    order = [s for s in data.strategy_order() if not is_control(s)]
     table = []
     for task, budget in sorted({(c[0], c[2]) for c in cells}):
         here = [s for s in order if (task, s, budget) in cells]
@@ -193,5 +127,26 @@ def plan_table(
             plan = plan_pair(
                 pair.candidate, pair.reference, data.binary, delta, margin, assume_delta, confidence, power
             )
-            table.append({"task": task, "budget": budget, "candidate": cand, "reference": ref, **asdict(plan)})
+            row = {"task": task, "budget": budget, "candidate": cand, "reference": ref, **asdict(plan)}
+            noise = [cell_noise(cells[(task, s, budget)]) for s in (cand, ref)]
+            if all(noise):
+                single = _single_repeat_pairs(cells[(task, cand, budget)], cells[(task, ref, budget)], pair.items)
+                one = plan_pair(*single, data.binary, delta, margin, assume_delta, confidence, power)
+                row |= {
+                    "repeats": min(n["repeats"] for n in noise),
+                    "flip_rate": max(n["flip_rate"] for n in noise),
+                    "needed_one_repeat": one.needed,
+                }
+            else:
+                row |= {"repeats": 1, "flip_rate": None, "needed_one_repeat": plan.needed}
+            table.append(row)
     return table
+
+
+def _single_repeat_pairs(candidate_rows, reference_rows, items) -> tuple[list[float], list[float]]:
+    """Repeat k of the candidate against repeat k of the reference, for every shared item and k."""
+    cand, ref = repeat_values(candidate_rows), repeat_values(reference_rows)
+    pairs = [
+        (cand[i][k], ref[i][k]) for i in items if i in cand and i in ref for k in sorted(set(cand[i]) & set(ref[i]))
+    ]
+    return [p[0] for p in pairs], [p[1] for p in pairs]

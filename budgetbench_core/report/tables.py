@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from . import stats
+from .curve import is_control
 from .data import RunData
+from .power import detectable_effect
 
 ERROR_POLICY = (
     "Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
@@ -213,10 +215,13 @@ def parse_reference(reference: str | None) -> tuple[str | None, int | None]:
 
 
 def comparisons(data: RunData, reference: str | None) -> list[tuple[tuple[str, str, int], tuple[str, str, int]]]:
-    """(candidate cell, reference cell) pairs. Default reference: the first strategy at each budget."""
+    """(candidate cell, reference cell) pairs. Default reference: the first strategy at each budget.
+    A control (``control:``) is never a candidate, nor the default reference."""
     cells = data.cells()
     strategy, budget = parse_reference(reference)
-    strategy = strategy or data.strategy_order()[0]
+    strategy = strategy or next((s for s in data.strategy_order() if not is_control(s)), None)
+    if strategy is None:
+        return []
     if not any(c[1] == strategy for c in cells):
         raise ValueError(f"--reference: strategy {strategy!r} has no rows; strategies: {data.strategy_order()}")
     pairs = []
@@ -226,7 +231,7 @@ def comparisons(data: RunData, reference: str | None) -> list[tuple[tuple[str, s
             if budget is not None:
                 raise ValueError(f"--reference: no cell {strategy}@{budget} for task {task!r}")
             continue
-        if ref != (task, cand_strategy, cand_budget):
+        if ref != (task, cand_strategy, cand_budget) and not is_control(cand_strategy):
             pairs.append(((task, cand_strategy, cand_budget), ref))
     return pairs
 
@@ -244,9 +249,8 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         shared = sorted(set(cand_values) & set(ref_values))
         missing_cand = sorted(seen - dropped - set(cand_values))
         missing_ref = sorted(seen - dropped - set(ref_values))
-        delta = stats.paired_delta(
-            [cand_values[i] for i in shared], [ref_values[i] for i in shared], binary=data.binary
-        )
+        cand_shared, ref_shared = [cand_values[i] for i in shared], [ref_values[i] for i in shared]
+        delta = stats.paired_delta(cand_shared, ref_shared, binary=data.binary)
         table.append(
             {
                 "task": cand[0],
@@ -263,6 +267,7 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
                 "result": delta.verdict,
                 "needed_items": delta.needed_n,
                 "sign_test_p": delta.p_value,
+                "mde": detectable_effect(*pair_spread(cand_shared, ref_shared), delta.n),
                 "missing_in_candidate": len(missing_cand),
                 "missing_in_reference": len(missing_ref),
                 "missing_items": " ".join(sorted(set(missing_cand) | set(missing_ref))),
@@ -271,6 +276,35 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
             }
         )
     return table
+
+
+def pair_spread(candidate: list[float], reference: list[float]) -> tuple[float, str]:
+    """(discordance, "discordance") for 0/1 values, else (sd of the differences, "sd")."""
+    a, b = np.asarray(candidate, dtype=float), np.asarray(reference, dtype=float)
+    d = a - b
+    if d.size < 2:
+        return math.nan, "sd"
+    if np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)):
+        return float(np.mean(d != 0)), "discordance"
+    return float(np.std(d, ddof=1)), "sd"
+
+
+def cost_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens and cost per question, over scored rows (result, violation, admitted): the prompt
+    sent (0 for a violation never sent), completion and auxiliary tokens; cost where reported."""
+    scored = [r for r in rows if r["event"] in ("result", "violation", "admitted")]
+    tokens = [
+        (0 if r["event"] == "violation" and r.get("phase") != "served" else r.get("prompt_tokens") or 0)
+        + (r.get("completion_tokens") or 0)
+        + (r.get("aux_prompt_tokens") or 0)
+        + (r.get("aux_completion_tokens") or 0)
+        for r in scored
+    ]
+    costs = [r["cost"] for r in scored if r.get("cost") is not None]
+    return {
+        "tokens_per_question": _mean([float(t) for t in tokens]),
+        "cost_per_question": float(np.mean(costs)) if costs else None,
+    }
 
 
 def error_table(data: RunData) -> list[dict[str, Any]]:

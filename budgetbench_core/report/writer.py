@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
+from .curve import auc_ranking, curve_rows, is_control, ranking_findings
 from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .html import fmt, item_page_name, write_html
-from .judge_audit import judge_audit_section  # issue 27: the judge audit card
+from .judge_audit import judge_audit_section
+from .noise import noise_table
 from .pivot import best_at_each_budget
 from .plots import write_plots
 
@@ -176,10 +178,11 @@ def _prompts_only_tables(data: RunData) -> tuple[list[dict[str, Any]], list[dict
     return summary, sorted(categories, key=lambda r: (r["task"], r["category"]))
 
 
-def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors) -> list[str]:
+def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors, curve_findings: list[str]) -> list[str]:
     findings = [
         "Prompts-only run: strategies, the budget gate, the audit and evidence recall ran for every cell; "
-        "no model was called, so there is no quality, latency or served-count figure."
+        "no model was called, so there is no quality, latency or served-count figure.",
+        *curve_findings,
     ]
     findings += tables.crossovers(pivot)
     for row in summary:
@@ -199,6 +202,32 @@ def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors) -> list
     return findings
 
 
+def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, values) -> dict[str, Any]:
+    """Budget curves (effective budget, area), the headline ranking, the noise floor, controls."""
+    cells = data.cells()
+    for row in summary:
+        row.update(tables.cost_columns(cells[(row["task"], row["strategy"], row["budget"])]))
+    curves, areas = curve_rows(summary, values, metric) if values else ([], {})
+    ranking = auc_ranking(curves, areas)
+    noise = noise_table(cells, metric)
+    findings = ranking_findings(ranking, curves)
+    if noise:
+        worst = max(noise, key=lambda r: r["flip_rate"])
+        findings.append(
+            f"Noise floor from {worst['repeats']} repeats: outcomes flip between repeats on up to "
+            f"{worst['flip_rate']:.0%} of items ({worst['strategy']}@{worst['budget']}); see the noise table."
+        )
+    controls = sorted({r["strategy"] for r in summary if is_control(r["strategy"])})
+    if controls:
+        findings.append(f"Controls (reference lines, never ranked): {', '.join(controls)}.")
+    return {"curves": curves, "ranking": ranking, "noise": noise, "controls": controls, "curve_findings": findings}
+
+
+def _ranked(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summary without controls: what the best-at-each-budget grid may rank."""
+    return [r for r in summary if not is_control(r["strategy"])]
+
+
 def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]:
     """Everything the outputs show, as plain data (also the JSON report)."""
     cells = data.cells()
@@ -206,10 +235,10 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     evidence = has_evidence(data.rows.values())
     if prompts_only:
         summary, categories = _prompts_only_tables(data)
+        evidence_values = (lambda cell: item_evidence(cells.get(cell, []))[0]) if evidence else None
+        curve_context = _curve_context(data, summary, "evidence_all", evidence_values)
         pivot = (
-            best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
-            if evidence
-            else []
+            best_at_each_budget(_ranked(summary), evidence_values, "evidence_all") if evidence_values else []
         )  # no quality, no marks: nothing to rank
         evidence_pivot: list[dict] = []
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
@@ -234,15 +263,18 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
             "served_mismatches": [],
             "served_checked": 0,
             "served_unreported": 0,
-            "findings": _prompts_only_findings(summary, pivot, errors),
+            "findings": _prompts_only_findings(summary, pivot, errors, curve_context.pop("curve_findings")),
+            **curve_context,
         }
     summary = tables.summary_table(data)
     if evidence:
         for row in summary:
             row.update(evidence_columns(cells[(row["task"], row["strategy"], row["budget"])]))
-    pivot = best_at_each_budget(summary, lambda cell: tables.item_values(cells.get(cell, [])))
+    quality_values = lambda cell: tables.item_values(cells.get(cell, []))  # noqa: E731
+    curve_context = _curve_context(data, summary, "quality_all", quality_values)
+    pivot = best_at_each_budget(_ranked(summary), quality_values)
     evidence_pivot = (
-        best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+        best_at_each_budget(_ranked(summary), lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
         if evidence
         else []
     )
@@ -293,7 +325,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "served_mismatches": mismatches,
         "served_checked": served_checked,
         "served_unreported": data.served_unreported(),
-        "findings": _findings(data, summary, paired, errors, mismatches, pivot),
+        "findings": curve_context.pop("curve_findings") + _findings(data, summary, paired, errors, mismatches, pivot),
+        **curve_context,
     }
 
 

@@ -36,7 +36,16 @@ from budgetbench_core.report import write_report
 from budgetbench_core.runlog import final_rows, iter_events
 from budgetbench_core.testing import FaultServer, registry_with
 
-SEEN: list[dict] = []
+
+def seen_by_spy(out: Path) -> list[dict]:
+    """What the spy reported it could see, per prompt it built (from its own process, via its audit)."""
+    return [
+        e["strategy_audit"]["seen"]
+        for e in iter_events(out)
+        if e["event"] == "prompt_audit" and e["strategy"] == "trust-key-spy"
+    ]
+
+
 TASK_OPTIONS = {"items": 5, "history_tokens": 400}  # one item per category
 BUDGET = 4000  # the whole history fits: truncation keeps every evidence message
 
@@ -60,7 +69,7 @@ class KeySpy(Truncation):
     name = "trust-key-spy"
 
     def apply(self, history, budget, context):
-        SEEN.append(visible(context.item, history))
+        context.audit["seen"] = visible(context.item, history)  # reported back: it runs in its own process
         return super().apply(history, budget, context)
 
 
@@ -107,7 +116,6 @@ def gold_reply(task: Task):
 
 
 def spy_run(tmp_path: Path, registry, task: str) -> tuple[Path, dict]:
-    SEEN.clear()
     out = tmp_path / "run"
     with FaultServer(reply=gold_reply(SyntheticMemory(**TASK_OPTIONS))) as server:
         run(
@@ -132,8 +140,8 @@ def spy_run(tmp_path: Path, registry, task: str) -> tuple[Path, dict]:
 def test_a_spy_strategy_sees_no_grading_key_and_grading_still_uses_it(tmp_path, registry):
     """Old code: the spy read every answer, category, the item's evidence list and the marks."""
     out, rows = spy_run(tmp_path, registry, "synthetic-memory")
-    assert len(SEEN) == 5
-    for seen in SEEN:
+    assert len(seen_by_spy(out)) == 5
+    for seen in seen_by_spy(out):
         assert (seen["answer"], seen["category"], seen["metadata"]) == (None, None, {}), seen
         assert EVIDENCE_KEY not in seen["message_keys"] and EVIDENCE_ID_KEY not in seen["message_keys"]
         assert {"session_id", "timestamp"} <= set(seen["message_keys"])  # the rest is still there
@@ -172,8 +180,8 @@ def test_an_honest_strategy_builds_the_same_prompt_as_on_the_whole_item(tmp_path
 def test_a_task_declares_its_own_grading_only_message_keys(tmp_path, registry):
     """Old code: ``gold_turn`` (and the evidence marks) reached the strategy."""
     out, rows = spy_run(tmp_path, registry, "trust-leaky-task")
-    assert len(SEEN) == 5
-    for seen in SEEN:
+    assert len(seen_by_spy(out)) == 5
+    for seen in seen_by_spy(out):
         assert "gold_turn" not in seen["message_keys"] and "kept" in seen["message_keys"]
     assert all(r["event"] == "result" and r["quality"] == 1.0 for r in rows.values())
 
@@ -237,7 +245,6 @@ class GoldEpisodes(EpisodicTask):
 
 def test_an_agent_episodes_turns_hold_no_grading_key(tmp_path):
     """Old code: every turn's view showed the answer, the category, ``gold`` and the evidence mark."""
-    SEEN.clear()
     plugin = types.SimpleNamespace(
         register_tasks=hookimpl(lambda register: register(GoldEpisodes)),
         register_strategies=hookimpl(lambda register: register(KeySpy)),
@@ -258,7 +265,7 @@ def test_an_agent_episodes_turns_hold_no_grading_key(tmp_path):
         )
     (row,) = final_rows(tmp_path / "run").values()
     assert row["event"] == "result" and row["episode"]["turns"] >= 2
-    assert len(SEEN) == row["episode"]["turns"]
-    for seen in SEEN:
+    assert len(seen_by_spy(tmp_path / "run")) == row["episode"]["turns"]
+    for seen in seen_by_spy(tmp_path / "run"):
         assert (seen["answer"], seen["category"], seen["metadata"]) == (None, None, {})
         assert not {"gold", EVIDENCE_KEY} & set(seen["message_keys"]), seen["message_keys"]

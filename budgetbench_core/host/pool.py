@@ -1,0 +1,146 @@
+"""The run's plugin workers: spawned on first use, one per executor thread and strategy.
+
+One worker holds one strategy instance (never two plugins in one process, so rival memory
+layers cannot reach each other), is reused for every unit its thread runs of that strategy
+(per-item state survives between budget tiers, as in-process), and is killed when it misses
+a deadline, exits, or the run ends. Its environment is built here, not inherited: no API
+key, HOME and TMPDIR in its scratch folder, and the gateway's address for SDKs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .landlock import abi_version
+from .remote import RemoteStrategy, WorkerGone, WorkerProcess
+
+# What a worker inherits from the harness's environment: locale, paths and library switches,
+# never a credential.
+_INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "BUDGETBENCH_LOAD_PLUGINS", "PYTHONHASHSEED",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")  # fmt: skip
+_INHERITED_PREFIXES = ("LC_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "TORCH_")
+
+
+Source = dict[str, Any] | None
+"""Where a worker finds a strategy registered in the harness by code (``strategy_source``);
+None: by its entry point, as installed."""
+
+
+def strategy_source(cls: Any, distribution: str, version: str) -> dict[str, Any]:
+    """How a worker imports ``cls``: module and qualified name (and the module's file)."""
+    qualname = getattr(cls, "__qualname__", "")
+    if "<locals>" in qualname:
+        raise PluginHostError(
+            f"{qualname} is defined inside a function: a worker process cannot import it; define it at "
+            f"module level (or run with --isolation none while debugging)"
+        )
+    module = sys.modules.get(cls.__module__)
+    return {
+        "module": cls.__module__,
+        "qualname": qualname,
+        "file": getattr(module, "__file__", None),
+        "distribution": distribution,
+        "version": version,
+    }
+
+
+class PluginHostError(RuntimeError):
+    """A worker could not be started or could not create its strategy."""
+
+
+class PluginHost:
+    """Spawns and owns the run's workers (see the module docstring)."""
+
+    def __init__(
+        self,
+        tokenizer_info: dict[str, Any],
+        scratch_root: Path,
+        confine: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.tokenizer_info = tokenizer_info
+        self.confine = confine and abi_version() > 0
+        self.extra_env = dict(env or {})
+        self.ports: list[int] = []
+        self.scratch_root = scratch_root  # the run's; each worker gets a folder of its own in it
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._workers: list[WorkerProcess] = []
+        self._count = 0
+        self.sandbox: dict[str, Any] = {"sandbox": f"landlock-abi-{abi_version()}" if self.confine else "none"}
+
+    def describe(self) -> dict[str, Any]:
+        """For the run's identity and the report header."""
+        return {"isolation": "process", **self.sandbox}
+
+    def _environment(self, scratch: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
+        env.update(HOME=str(scratch), TMPDIR=str(scratch), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        env.update(self.extra_env)
+        return env
+
+    def strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
+        """This thread's instance of ``name`` (a new worker the first time)."""
+        held: dict[str, RemoteStrategy] = self._local.__dict__.setdefault("strategies", {})
+        if name in held and not held[name].worker.alive():  # it exited or was killed: a new one
+            held.pop(name).close()
+        if name not in held:
+            held[name] = self._spawn(name, params, max_ingest_loss, source)
+        return held[name]
+
+    def new_strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
+        """An instance of ``name`` in a worker of its own, owned by the caller (``close`` it)."""
+        return self._spawn(name, params, max_ingest_loss, source)
+
+    def discard(self, name: str) -> None:
+        """Kill this thread's worker of ``name`` (missed its deadline, or failed): the next
+        unit gets a new one."""
+        held: dict[str, RemoteStrategy] = self._local.__dict__.setdefault("strategies", {})
+        strategy = held.pop(name, None)
+        if strategy is not None:
+            strategy.close()
+
+    def _spawn(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
+        with self._lock:
+            self._count += 1
+            scratch = self.scratch_root / f"{name}-{self._count}"
+        scratch.mkdir(parents=True)
+        worker = WorkerProcess(self._environment(scratch), scratch / "worker.log", scratch)
+        with self._lock:
+            self._workers.append(worker)
+        frame = {
+            "op": "create",
+            "name": name,
+            "source": source,
+            "params": params,
+            "max_ingest_loss": max_ingest_loss,
+            "scratch": str(scratch),
+            "tokenizer": self.tokenizer_info,
+            "confine": {"write": [str(scratch)], "ports": self.ports} if self.confine else None,
+        }
+        try:
+            reply = worker.exchange(frame)
+        except WorkerGone as exc:
+            worker.kill()
+            log = (scratch / "worker.log").read_text(errors="replace")[-2000:]
+            raise PluginHostError(f"strategy {name!r}: {exc}; its output: {log or '(none)'}") from None
+        if "failed" in reply:
+            worker.kill()
+            failed = reply["failed"]
+            raise PluginHostError(str(failed.get("message")))
+        created = reply.get("done") or {}
+        applied = created.get("sandbox") if isinstance(created.get("sandbox"), dict) else {}
+        if self.confine and applied.get("sandbox") != self.sandbox["sandbox"]:
+            worker.kill()  # never a silent fallback: the run's identity says the workers are confined
+            raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
+        return RemoteStrategy(name, worker, created)
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.kill()

@@ -1,0 +1,65 @@
+"""What crosses between the harness and a plugin worker: JSON frames, never pickles.
+
+The harness never unpickles anything a worker sends (a pickle is code); every frame is a
+JSON object, bounded in size, decoded into plain dicts, lists, strings and numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..messages import Item, Message
+
+MAX_FRAME = 256 * 1024 * 1024  # a 1M-token history is ~4 MB of JSON; anything far larger is hostile
+
+
+class WireError(RuntimeError):
+    """A frame that is not a bounded JSON object."""
+
+
+def send(conn: Connection, frame: dict[str, Any]) -> None:
+    conn.send_bytes(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def receive(conn: Connection) -> dict[str, Any]:
+    """The next frame; ``EOFError`` when the other side is gone."""
+    data = conn.recv_bytes(MAX_FRAME)
+    try:
+        frame = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"not a JSON frame: {exc}") from None
+    if not isinstance(frame, dict):
+        raise WireError(f"a frame must be a JSON object, got {type(frame).__name__}")
+    return frame
+
+
+def message_to_wire(message: Message) -> dict[str, Any]:
+    return message.to_dict()
+
+
+def message_from_wire(data: Any) -> Message:
+    if not isinstance(data, dict):
+        raise WireError(f"a message must be an object, got {type(data).__name__}")
+    return Message.from_dict(data)
+
+
+def view_to_wire(item: Item) -> dict[str, Any]:
+    """A strategy's view of an item (already without its grading key) as plain data."""
+    return {
+        "id": item.id,
+        "history": [message_to_wire(m) for m in item.history],
+        "query": message_to_wire(item.query),
+        "system": message_to_wire(item.system) if item.system is not None else None,
+    }
+
+
+def view_from_wire(data: dict[str, Any]) -> Item:
+    return Item(
+        id=data["id"],
+        history=tuple(message_from_wire(m) for m in data["history"]),
+        query=message_from_wire(data["query"]),
+        answer=None,
+        system=message_from_wire(data["system"]) if data.get("system") is not None else None,
+    )

@@ -1,0 +1,244 @@
+"""The program a plugin worker runs: one strategy (or memory system) in a process of its own.
+
+Started by ``remote.WorkerProcess`` as ``python -m budgetbench_core.host.worker FD``; it reads
+frames from the socket ``FD`` (``wire``), loads only the entry point that registers its
+strategy, confines itself (``landlock``) and then serves ``reset``, ``describe`` and
+``apply``. While ``apply`` runs, the strategy's token counts and auxiliary model calls are
+requests back to the harness: the worker holds no tokenizer, no model client, no item with
+its grading key, no run directory and no cache, only the strategy's view and its scratch
+folder. Whatever it does to its own memory changes nothing the harness counts or records.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ..messages import Message
+from ..tokenizers import PromptCounter, Tokenizer, TokenizerInfo
+from . import wire
+
+
+class HarnessRefused(RuntimeError):
+    """The harness refused an auxiliary call (closed cell, passed deadline, bad arguments)."""
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the harness dies, even by kill -9."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(0)
+
+
+class Harness:
+    """This worker's side of the channel: requests to the harness, answered in order."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def ask(self, request: dict[str, Any]) -> Any:
+        wire.send(self.conn, request)
+        reply = wire.receive(self.conn)
+        if "error" in reply:
+            error = reply["error"]
+            if error.get("kind") == "auxiliary_budget":
+                from ..gate import AuxiliaryBudgetError
+
+                raise AuxiliaryBudgetError(error["message"], int(error.get("prompt_tokens") or 0))
+            raise HarnessRefused(error["message"])
+        return reply["ok"]
+
+
+class HarnessTokenizer(Tokenizer):
+    """The run's tokenizer, asked through the harness: the worker never holds its own, so
+    what a strategy does here can only mislead the strategy, never the gate."""
+
+    def __init__(self, harness: Harness, info: dict[str, Any]) -> None:
+        self.harness = harness
+        self.info = TokenizerInfo(**info)
+
+    def render(self, messages: Sequence[Message]) -> str:
+        return str(self.harness.ask({"req": "render", "messages": [m.to_dict() for m in messages]}))
+
+    def count_text(self, text: str) -> int:
+        return int(self.harness.ask({"req": "count_text", "text": text}))
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return int(self.harness.ask({"req": "count", "messages": [m.to_dict() for m in messages]}))
+
+    def count_rendered(self, prompt: str) -> int:
+        return int(self.harness.ask({"req": "count_rendered", "text": prompt}))
+
+    def count_in_message(self, role: str, content: str) -> int:
+        return int(self.harness.ask({"req": "count_in_message", "role": role, "content": content}))
+
+
+class Host:
+    """The strategy instance this worker serves, created by the first frame."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.harness = Harness(conn)
+        self.conn = conn
+        self.strategy: Any = None
+        self.counter: PromptCounter | None = None
+        self.scratch = Path(".")
+
+    def create(self, frame: dict[str, Any]) -> dict[str, Any]:
+        from ..memory_systems import MemorySystem, MemorySystemStrategy
+        from ..plugins import Registry
+
+        self.scratch = Path(frame["scratch"])
+        source = frame.get("source")
+        if source:  # registered in the harness by code, not by an entry point (tests, notebooks)
+            cls, plugin = _load_class(source), source
+        else:
+            registered = Registry.discover().get("strategy", frame["name"])
+            cls, plugin = (
+                registered.obj,
+                {"distribution": registered.plugin.distribution, "version": registered.plugin.version},
+            )
+        params = frame.get("params") or {}
+        if isinstance(cls, type) and issubclass(cls, MemorySystem):
+            self.strategy = MemorySystemStrategy(cls(**params), max_ingest_loss=float(frame.get("max_ingest_loss", 0)))
+        else:
+            self.strategy = cls(**params)
+        self.counter = PromptCounter(HarnessTokenizer(self.harness, frame["tokenizer"]))
+        from ..strategies import resets_nothing
+
+        return {
+            "distribution": plugin["distribution"],
+            "version": plugin["version"],
+            "resets_nothing": resets_nothing(self.strategy),
+        }
+
+    def describe(self, frame: dict[str, Any]) -> Any:
+        from ..sandbox import json_safe_or_empty
+
+        return json_safe_or_empty(self.strategy.describe())
+
+    def reset(self, frame: dict[str, Any]) -> None:
+        self.strategy.reset()
+
+    def apply(self, frame: dict[str, Any]) -> dict[str, Any]:
+        from ..memory_systems import MemorySystemStrategy
+        from ..sandbox import canonical_prompt, json_safe_or_empty
+        from ..strategies import StrategyContext
+
+        view = wire.view_from_wire(frame["view"])
+        harness = self.harness
+
+        def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
+            plain = [m.to_dict() if isinstance(m, Message) else m for m in messages]
+            return str(
+                harness.ask({"req": "complete", "messages": plain, "max_tokens": max_tokens, "purpose": purpose})
+            )
+
+        assert self.counter is not None
+        context = StrategyContext(
+            item=view,
+            budget=int(frame["budget"]),
+            counter=self.counter,
+            complete=complete,
+            seed=int(frame["seed"]),
+            scratch_dir=self.scratch,
+        )
+        strategy = self.strategy
+        if isinstance(strategy, MemorySystemStrategy):
+            strategy.saved_retrieval = frame.get("saved_retrieval")
+            strategy.on_phase = lambda phase: wire.send(self.conn, {"phase": phase})
+        returned = strategy.apply(view.history, context.budget, context)
+        prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
+        return {
+            "prompt": [m.to_dict() for m in prompt],
+            "audit": json_safe_or_empty(context.audit),
+            "retrieval": strategy.new_retrieval if isinstance(strategy, MemorySystemStrategy) else None,
+        }
+
+
+def _load_class(source: dict[str, Any]) -> Any:
+    """A strategy class by module and qualified name; by the module's file when the module is
+    not importable by name here (a test file)."""
+    import importlib
+    import importlib.util
+
+    try:
+        module = importlib.import_module(source["module"])
+    except ImportError:
+        if not source.get("file"):
+            raise
+        spec = importlib.util.spec_from_file_location(source["module"], source["file"])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {source['file']}") from None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[source["module"]] = module
+        spec.loader.exec_module(module)
+    value: Any = module
+    for part in source["qualname"].split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _failure(exc: BaseException, phase: str | None) -> dict[str, Any]:
+    from ..gate import AuxiliaryBudgetError
+    from ..memory_systems import IngestLossError
+    from ..sandbox import PhaseError, PromptError, describe_exception
+
+    if isinstance(exc, PhaseError):
+        phase, exc = exc.phase, exc.original
+    kinds = ((AuxiliaryBudgetError, "auxiliary_budget"), (IngestLossError, "ingest_loss"), (PromptError, "prompt"))
+    kind = next((name for cls, name in kinds if isinstance(exc, cls)), "plugin")
+    return {
+        "kind": kind,
+        "message": describe_exception(exc),
+        "phase": phase,
+        "traceback": "".join(traceback.format_exception(exc))[-4000:],
+    }
+
+
+def serve(conn: Connection) -> None:
+    host = Host(conn)
+    operations = {"create": host.create, "describe": host.describe, "reset": host.reset, "apply": host.apply}
+    while True:
+        try:
+            frame = wire.receive(conn)
+        except EOFError:
+            return
+        operation = operations.get(frame.get("op", ""))
+        try:
+            if operation is None:
+                raise ValueError(f"unknown operation {frame.get('op')!r}")
+            result = operation(frame)
+            if frame.get("op") == "create" and frame.get("confine"):
+                from .landlock import confine
+
+                result["sandbox"] = confine(frame["confine"])
+            wire.send(conn, {"done": result})
+        except (EOFError, BrokenPipeError):
+            return
+        except BaseException as exc:  # noqa: BLE001 - any failure of plugin code is the cell's error row
+            phase = getattr(host.strategy, "current_phase", None) if host.strategy is not None else None
+            wire.send(conn, {"failed": _failure(exc, phase or frame.get("op"))})
+
+
+def main() -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle: it stops us
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    conn = Connection(os.dup(sock.fileno()))
+    sock.close()
+    serve(conn)
+    os._exit(0)  # plugin threads left running must not keep the worker alive
+
+
+if __name__ == "__main__":
+    main()

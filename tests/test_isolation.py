@@ -1,0 +1,267 @@
+"""The plugin host: a strategy runs in a confined worker process of its own.
+
+Each hostile strategy here tries one route a vendor could take to its score (the grading key
+in the harness's memory, the counter or gate, the run directory, the cache, the task's data
+file, the model server directly, a worker that hangs or exits) and reports what it reached in
+its audit. Each is run beside its honest twin (truncation) on the same items: it must score
+what the twin scores, and the run directory must still verify.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from budgetbench_core import RunConfig, hookimpl, run
+from budgetbench_core.builtin.strategies import Truncation
+from budgetbench_core.host.landlock import abi_version
+from budgetbench_core.integrity import verify_run
+from budgetbench_core.messages import Item, Message
+from budgetbench_core.runlog import final_rows, iter_events
+from budgetbench_core.testing import FaultServer, registry_with
+
+TASK_OPTIONS = {"items": 4, "history_tokens": 600}
+LANDLOCK = abi_version() >= 4  # file and TCP rules
+
+
+def answers() -> dict[str, str]:
+    from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+
+    return {item.query.content: str(item.answer) for item in SyntheticMemory(**TASK_OPTIONS).load(None, 0)}
+
+
+def gold_reply(messages) -> str:
+    """A 'model' that answers correctly only when the prompt carries the answer itself."""
+    known = answers()
+    text = " ".join(m["content"] for m in messages)
+    return next((a for a in known.values() if f"ANSWER={a}" in text), "no idea")
+
+
+def attempt(action) -> str:
+    """What happened when the strategy tried ``action``: 'reached' or the error it got."""
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - a refusal of any kind is what we want to see
+        return type(exc).__name__
+    return "reached"
+
+
+class GcSpy(Truncation):
+    """Searches its process's objects and frames for an item with its answer, and puts it in the prompt."""
+
+    name = "hostile-gc-spy"
+
+    def apply(self, history, budget, context):
+        found = [o.answer for o in gc.get_objects() if isinstance(o, Item) and o.answer is not None]
+        for frame in sys._current_frames().values():
+            while frame is not None:
+                found += [v.answer for v in frame.f_locals.values() if isinstance(v, Item) and v.answer]
+                frame = frame.f_back
+        context.audit["found"] = sorted({str(a) for a in found})
+        context.audit["pid"] = os.getpid()
+        prompt = super().apply(history, budget, context)
+        if found:
+            prompt.insert(-1, Message("user", " ".join(f"ANSWER={a}" for a in context.audit["found"])))
+        return prompt
+
+
+class Patcher(Truncation):
+    """Patches the counter, the gate and the run log in its process, then sends the whole history."""
+
+    name = "hostile-patcher"
+
+    def apply(self, history, budget, context):
+        from budgetbench_core import gate, runlog, tokenizers
+
+        tokenizers.PromptCounter.count = lambda self, messages: 7
+        gate.admit = lambda *args, **kwargs: None
+        runlog.EventLog.append = lambda self, row: None
+        context.audit["patched"] = True
+        return context.frame(list(history))
+
+
+class Trespasser(Truncation):
+    """Given the run directory's and the data file's paths (a vendor knows where runs go), tries to
+    read answers, forge rows and poison the cache, and to reach the model server directly."""
+
+    name = "hostile-trespasser"
+
+    def __init__(self, run_dir: str = "", data_file: str = "", port: int = 0) -> None:
+        super().__init__(run_dir=run_dir, data_file=data_file, port=port)
+        self.run_dir, self.data_file, self.port = Path(run_dir), Path(data_file), port
+
+    def apply(self, history, budget, context):
+        def forge():
+            with open(self.run_dir / "cells" / "forged.jsonl", "a") as handle:
+                handle.write('{"event": "result", "quality": 1.0}\n')
+
+        def connect():
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+                pass
+
+        context.audit["tries"] = {
+            "list_run_dir": attempt(lambda: os.listdir(self.run_dir)),
+            "read_cache": attempt(lambda: (self.run_dir / "cache.sqlite").read_bytes()),
+            "forge_row": attempt(forge),
+            "read_data_file": attempt(lambda: self.data_file.read_bytes()),
+            "connect_model_server": attempt(connect),
+            "write_scratch": attempt(lambda: (context.scratch_dir / "index.bin").write_bytes(b"mine")),
+        }
+        return super().apply(history, budget, context)
+
+
+class Exiter(Truncation):
+    """Ends its own process on the first item."""
+
+    name = "hostile-exiter"
+
+    def apply(self, history, budget, context):
+        if context.item.id.endswith("single-session"):
+            os._exit(3)
+        return super().apply(history, budget, context)
+
+
+class Hanger(Truncation):
+    """On its first item, starts a thread that calls the model server later, then never returns."""
+
+    name = "hostile-hanger"
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port=port)
+        self.port = port
+
+    def apply(self, history, budget, context):
+        if context.item.id.endswith("single-session"):
+
+            def late_call():
+                time.sleep(1.5)
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as connection:
+                    connection.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+
+            threading.Thread(target=late_call, daemon=True).start()
+            time.sleep(3600)
+        return super().apply(history, budget, context)
+
+
+PLUGIN = types.SimpleNamespace(
+    register_strategies=hookimpl(
+        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger)]
+    )
+)
+
+
+def hostile_run(tmp_path: Path, strategy: str, params=None, **options):
+    out = tmp_path / "run"
+    with FaultServer(reply=gold_reply) as server:
+        params = {k: (server.port if v == "PORT" else v) for k, v in (params or {}).items()}
+        settings = dict(
+            task="synthetic-memory",
+            strategies=["truncation", strategy],
+            budgets=[300],
+            out=out,
+            api_base=server.url,
+            model="openai/fault-model",
+            tokenizer="tiktoken:cl100k_base",
+            task_options=TASK_OPTIONS,
+            strategy_params={strategy: params},
+            max_concurrency=1,
+            retries=0,
+            timeout_s=30.0,
+        )
+        settings.update(options)
+        summary = run(RunConfig(**settings), registry=registry_with(PLUGIN, distribution="hostile-vendor"))
+        time.sleep(2.0)  # whatever a killed worker had scheduled would have reached the server by now
+        hits = list(server.hits)
+    rows = {k[1:]: v for k, v in final_rows(out).items()}
+    audits = {
+        (e["strategy"], e["item_id"]): e.get("strategy_audit", {})
+        for e in iter_events(out)
+        if e["event"] == "prompt_audit"
+    }
+    return out, summary, rows, audits, hits
+
+
+def by_strategy(rows, strategy):
+    return {key[-1]: row for key, row in rows.items() if key[0] == strategy}
+
+
+def test_a_strategy_searching_memory_and_frames_finds_no_answer(tmp_path):
+    """Old code (in-process): the spy found every item's answer and scored 1.0 where truncation scored 0."""
+    out, _, rows, audits, _ = hostile_run(tmp_path, "hostile-gc-spy")
+    spy, twin = by_strategy(rows, "hostile-gc-spy"), by_strategy(rows, "truncation")
+    assert len(spy) == len(twin) == TASK_OPTIONS["items"]
+    spied = [audit for (name, _), audit in audits.items() if name == "hostile-gc-spy"]
+    assert all(audit["found"] == [] and audit["pid"] != os.getpid() for audit in spied)
+    assert {i: r["quality"] for i, r in spy.items()} == {i: r["quality"] for i, r in twin.items()}
+    assert verify_run(out).ok
+
+
+def test_patching_the_counter_gate_and_log_in_the_worker_changes_nothing_recorded(tmp_path):
+    """Old code: the patched counter said 7 tokens and the gate admitted a 600-token prompt."""
+    out, _, rows, audits, _ = hostile_run(tmp_path, "hostile-patcher")
+    patched = by_strategy(rows, "hostile-patcher")
+    assert all(audit.get("patched") for (name, _), audit in audits.items() if name == "hostile-patcher")
+    assert patched and all(r["event"] == "violation" and r["prompt_tokens"] > 300 for r in patched.values())
+    honest = by_strategy(rows, "truncation")
+    assert all(r["event"] == "result" and r["prompt_tokens"] <= 300 for r in honest.values())
+    assert verify_run(out).ok
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="needs Landlock ABI 4 (Linux 6.7+) for file and TCP rules")
+def test_a_confined_worker_reaches_neither_the_run_directory_nor_the_data_nor_the_server(tmp_path):
+    """Old code: the strategy read the cache and other rows, forged rows and could call any server."""
+    data = tmp_path / "answers.json"
+    data.write_text('{"answer": "secret"}')
+    params = {"run_dir": str(tmp_path / "run"), "data_file": str(data), "port": "PORT"}
+    out, summary, rows, audits, hits = hostile_run(tmp_path, "hostile-trespasser", params)
+    tries = [audit["tries"] for (name, _), audit in audits.items() if name == "hostile-trespasser"]
+    assert len(tries) == TASK_OPTIONS["items"]
+    for tried in tries:
+        assert tried.pop("write_scratch") == "reached"  # its own folder is its to use
+        assert set(tried.values()) == {"PermissionError"}, tried
+    assert not (out / "cells" / "forged.jsonl").exists()
+    assert len(hits) == summary.model_calls  # the harness's calls, none of the strategy's
+    assert verify_run(out).ok
+    from budgetbench_core.runlog import read_manifest
+
+    isolation = read_manifest(out)["identity"]["isolation"]
+    assert isolation["isolation"] == "process" and isolation["sandbox"] == f"landlock-abi-{abi_version()}"
+
+
+def test_a_strategy_that_exits_its_process_is_an_error_row_naming_it_and_the_run_goes_on(tmp_path):
+    out, _, rows, _, _ = hostile_run(tmp_path, "hostile-exiter")
+    exiter = by_strategy(rows, "hostile-exiter")
+    errors = [r for r in exiter.values() if r["event"] == "error"]
+    assert len(errors) == 1 and "hostile-exiter" in errors[0]["cause"] and "exit code 3" in errors[0]["cause"]
+    assert sum(r["event"] == "result" for r in exiter.values()) == TASK_OPTIONS["items"] - 1  # a new worker
+    assert verify_run(out).ok
+
+
+def test_a_strategy_past_its_deadline_is_killed_with_everything_it_started(tmp_path):
+    """Old code: the hung thread was only discarded; what it had started went on running."""
+    out, summary, rows, _, hits = hostile_run(tmp_path, "hostile-hanger", {"port": "PORT"}, item_timeout_s=2.0)
+    hanger = by_strategy(rows, "hostile-hanger")
+    (error,) = [r for r in hanger.values() if r["event"] == "error"]
+    assert "hostile-hanger" in error["cause"] and "did not return within 2 s" in error["cause"]
+    assert sum(r["event"] == "result" for r in hanger.values()) == TASK_OPTIONS["items"] - 1
+    assert len(hits) == summary.model_calls  # the late call never reached the server
+    assert verify_run(out).ok
+
+
+def test_isolation_none_runs_in_process_and_says_so(tmp_path):
+    """The debugging mode: the strategy runs in the harness's own process, where the spy finds the
+    answers (why a result needs isolation), and the run records it."""
+    out, _, rows, audits, _ = hostile_run(tmp_path, "hostile-gc-spy", isolation="none")
+    assert all(audit["found"] for (name, _), audit in audits.items() if name == "hostile-gc-spy")
+    assert {audit["pid"] for (name, _), audit in audits.items() if name == "hostile-gc-spy"} == {os.getpid()}
+    from budgetbench_core.runlog import read_manifest
+
+    assert read_manifest(out)["identity"]["isolation"] == {"isolation": "none", "sandbox": "none"}
