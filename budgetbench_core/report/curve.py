@@ -19,7 +19,9 @@ are compared on the same items.
   their mean: its interval is the report's bounded t over the a_i, and two strategies'
   areas are compared by the paired graded delta over the items both scored.
 
-Strategies named ``control:...`` (harness controls) get a curve but are never ranked.
+Strategies named ``control:...`` (harness controls, ``budgetbench_core.controls``) get a
+curve but are never ranked; items ``control:no_memory`` answers correctly at a tier are
+flagged "answerable without memory" and every cell's score is also given without them.
 Both intervals have their coverage checked by ``tests/test_report_curve_coverage.py``.
 """
 
@@ -31,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from ..controls import EVIDENCE_ONLY, NO_MEMORY
 from . import stats
+from .power import detectable_effect
 
 DEFAULT_SHARE = 0.85
 MIN_ITEMS = stats.MIN_PAIRED_ITEMS
@@ -166,6 +170,12 @@ def curve_rows(
     return rows, areas
 
 
+def _sd(a: list[float], b: list[float]) -> float:
+    """The sd of per-item area differences (the paired area delta is always graded)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    return float(np.std(d, ddof=1)) if d.size > 1 else math.nan
+
+
 def _effective(status: str) -> dict[str, Any]:
     return {
         "effective_budget": None,
@@ -204,12 +214,14 @@ def auc_ranking(curves: list[dict[str, Any]], areas: dict[tuple[str, str], dict[
                 mine, theirs = areas[(task, row["strategy"])], areas[(task, below["strategy"])]
                 shared = sorted(set(mine) & set(theirs))
                 delta = stats.paired_delta([mine[i] for i in shared], [theirs[i] for i in shared], binary=False)
+                a, b = [mine[i] for i in shared], [theirs[i] for i in shared]
                 entry |= {
                     "delta_next": delta.mean,
                     "delta_next_low": delta.low,
                     "delta_next_high": delta.high,
                     "paired_items": delta.n,
                     "result": delta.verdict,
+                    "mde": detectable_effect(_sd(a, b), "sd", delta.n),
                 }
             ranking.append(entry)
     return ranking
@@ -244,4 +256,89 @@ def ranking_findings(ranking: list[dict[str, Any]], curves: list[dict[str, Any]]
                 f"{c['task']}: {c['strategy']} keeps {c['share']:.0%} of its best score "
                 f"({c['best_score']:.3f}) from budget {c['effective_text']}."
             )
+    return notes
+
+
+# --- controls -------------------------------------------------------------------------------
+
+
+def answerable_without_memory(
+    summary: list[dict[str, Any]], values: Values, binary: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Items ``control:no_memory`` answers correctly, per tier, and every cell's score without them.
+
+    An item is *answerable without memory* at a tier when the no-memory control (system prompt
+    and query alone) scores it 1 there (on every scored repeat). Returns (one row per task and
+    tier the control ran at, with the flagged ids; one row per other cell at that tier, with
+    its score over all its items and over the items not flagged, with the 95% interval).
+    """
+    flagged, remaining = [], []
+    for task in sorted({r["task"] for r in summary}):
+        here = [r for r in summary if r["task"] == task]
+        for budget in sorted({r["budget"] for r in here if r["strategy"] == NO_MEMORY}):
+            control = values((task, NO_MEMORY, budget))
+            answerable = sorted(i for i, v in control.items() if v >= 1.0)
+            flagged.append(
+                {
+                    "task": task,
+                    "budget": budget,
+                    "answerable": len(answerable),
+                    "control_items": len(control),
+                    "items": " ".join(answerable),
+                }
+            )
+            skip = set(answerable)
+            for row in here:
+                if row["budget"] != budget or row["strategy"] == NO_MEMORY:
+                    continue
+                own = values((task, row["strategy"], budget))
+                rest = stats.estimate([v for i, v in sorted(own.items()) if i not in skip], binary)
+                remaining.append(
+                    {
+                        "task": task,
+                        "strategy": row["strategy"],
+                        "control": is_control(row["strategy"]),
+                        "budget": budget,
+                        "score_all": float(np.mean(list(own.values()))) if own else math.nan,
+                        "n_all": len(own),
+                        "score_remaining": rest.mean,
+                        "score_remaining_low": rest.low,
+                        "score_remaining_high": rest.high,
+                        "n_remaining": rest.n,
+                        "left_out": len(skip & set(own)),
+                    }
+                )
+    return flagged, remaining
+
+
+def control_findings(
+    curves: list[dict[str, Any]], flagged: list[dict[str, Any]], remaining: list[dict[str, Any]]
+) -> list[str]:
+    """Controls in words: their curves (reference lines) and the items answerable without memory."""
+    notes = []
+    for c in curves:
+        if not c["control"]:
+            continue
+        scores = ", ".join(f"{b}: {s:.3f}" for b, s in zip(c["budgets"], c["scores"]) if _finite(s))
+        what = {
+            NO_MEMORY: "the system prompt and question alone",
+            EVIDENCE_ONLY: "the gold evidence alone, fitted to the budget: the ceiling at each budget",
+        }.get(c["strategy"], "a harness control")
+        notes.append(
+            f"{c['task']}: control {c['strategy']} ({what}; a reference line, never ranked) scores "
+            f"{scores or 'nothing'} over {c['n_items']} items."
+        )
+    for f in flagged:
+        if not f["answerable"]:
+            notes.append(f"{f['task']}: at budget {f['budget']} {NO_MEMORY} answers no item correctly.")
+            continue
+        rows = [r for r in remaining if r["task"] == f["task"] and r["budget"] == f["budget"] and not r["control"]]
+        scores = "; ".join(
+            f"{r['strategy']} {r['score_all']:.3f} on all, {r['score_remaining']:.3f} without them" for r in rows
+        )
+        notes.append(
+            f"{f['task']}: at budget {f['budget']}, {f['answerable']} of {f['control_items']} items are answerable "
+            f"without memory ({NO_MEMORY} answers them correctly): {f['items']}"
+            + (f". Scores: {scores}." if scores else ".")
+        )
     return notes

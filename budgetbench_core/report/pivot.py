@@ -2,7 +2,8 @@
 
 A strategy is called best at a budget only when every other strategy's paired delta against
 it (same items) is distinguished as lower; strategies not distinguished from the top point
-estimate are tied with it, and the grid says so rather than ranking them.
+estimate are tied with it, and the grid says so rather than ranking them. Harness controls
+(``control:`` strategies) have a row, marked, as a reference: they are never ranked.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import stats
+from .curve import is_control
 
 Values = Callable[[tuple[str, str, int]], dict[str, float]]
 
@@ -37,7 +39,9 @@ def best_at_each_budget(
         cells = {s: {r["budget"]: r for r in rows if r["strategy"] == s} for s in strategies}
         best = {}
         for budget in budgets:
-            here = [r for r in rows if r["budget"] == budget and _finite(r.get(metric))]
+            here = [
+                r for r in rows if r["budget"] == budget and _finite(r.get(metric)) and not is_control(r["strategy"])
+            ]
             excluded = [r["strategy"] for r in here if r.get("violations")]  # over budget: never best
             here = [r for r in here if not r.get("violations")]
             if not here:
@@ -68,6 +72,14 @@ def best_at_each_budget(
                 status, text = "tied", f"tie: {', '.join(tied)} (not distinguished)"
             best[budget] = {"status": status, "strategies": tied, "excluded": excluded, "text": text}
         grids.append(
-            {"task": task, "strategies": strategies, "budgets": budgets, "cells": cells, "best": best, "metric": metric}
+            {
+                "task": task,
+                "strategies": strategies,
+                "controls": [s for s in strategies if is_control(s)],
+                "budgets": budgets,
+                "cells": cells,
+                "best": best,
+                "metric": metric,
+            }
         )
     return grids

@@ -23,7 +23,9 @@ comparison and the noise floor of a run with repeats). ``budgetbench plan`` uses
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 from scipy import stats as scipy_stats
 
 from . import stats
@@ -120,3 +122,15 @@ def detectable_effect(
         middle = (low + high) / 2
         low, high = (low, middle) if needed(middle) <= n else (middle, high)
     return high
+
+
+def pair_spread(candidate: Sequence[float], reference: Sequence[float]) -> tuple[float, str]:
+    """(discordance, "discordance") for 0/1 values, else (sd of the differences, "sd"): the
+    spread ``detectable_effect`` takes, from two cells' values over the same items."""
+    a, b = np.asarray(candidate, dtype=float), np.asarray(reference, dtype=float)
+    d = a - b
+    if d.size < 2:
+        return math.nan, "sd"
+    if np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)):
+        return float(np.mean(d != 0)), "discordance"
+    return float(np.std(d, ddof=1)), "sd"

@@ -20,7 +20,7 @@ import numpy as np
 from . import stats
 from .curve import is_control
 from .data import RunData
-from .power import detectable_effect
+from .power import detectable_effect, pair_spread
 
 ERROR_POLICY = (
     "Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
@@ -276,17 +276,6 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
             }
         )
     return table
-
-
-def pair_spread(candidate: list[float], reference: list[float]) -> tuple[float, str]:
-    """(discordance, "discordance") for 0/1 values, else (sd of the differences, "sd")."""
-    a, b = np.asarray(candidate, dtype=float), np.asarray(reference, dtype=float)
-    d = a - b
-    if d.size < 2:
-        return math.nan, "sd"
-    if np.all((a == 0) | (a == 1)) and np.all((b == 0) | (b == 1)):
-        return float(np.mean(d != 0)), "discordance"
-    return float(np.std(d, ddof=1)), "sd"
 
 
 def cost_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
-from .curve import auc_ranking, curve_rows, is_control, ranking_findings
+from .curve import (
+    answerable_without_memory,
+    auc_ranking,
+    control_findings,
+    curve_rows,
+    is_control,
+    ranking_findings,
+)
 from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .html import fmt, item_page_name, write_html
@@ -202,7 +209,7 @@ def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors, curve_f
     return findings
 
 
-def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, values) -> dict[str, Any]:
+def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, values, binary: bool) -> dict[str, Any]:
     """Budget curves (effective budget, area), the headline ranking, the noise floor, controls."""
     cells = data.cells()
     for row in summary:
@@ -218,14 +225,17 @@ def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, va
             f"{worst['flip_rate']:.0%} of items ({worst['strategy']}@{worst['budget']}); see the noise table."
         )
     controls = sorted({r["strategy"] for r in summary if is_control(r["strategy"])})
-    if controls:
-        findings.append(f"Controls (reference lines, never ranked): {', '.join(controls)}.")
-    return {"curves": curves, "ranking": ranking, "noise": noise, "controls": controls, "curve_findings": findings}
-
-
-def _ranked(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The summary without controls: what the best-at-each-budget grid may rank."""
-    return [r for r in summary if not is_control(r["strategy"])]
+    answerable, without_answerable = answerable_without_memory(summary, values, binary) if values else ([], [])
+    findings += control_findings(curves, answerable, without_answerable)
+    return {
+        "curves": curves,
+        "ranking": ranking,
+        "noise": noise,
+        "controls": controls,
+        "answerable": answerable,
+        "without_answerable": without_answerable,
+        "curve_findings": findings,
+    }
 
 
 def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]:
@@ -236,9 +246,9 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
     if prompts_only:
         summary, categories = _prompts_only_tables(data)
         evidence_values = (lambda cell: item_evidence(cells.get(cell, []))[0]) if evidence else None
-        curve_context = _curve_context(data, summary, "evidence_all", evidence_values)
+        curve_context = _curve_context(data, summary, "evidence_all", evidence_values, True)
         pivot = (
-            best_at_each_budget(_ranked(summary), evidence_values, "evidence_all") if evidence_values else []
+            best_at_each_budget(summary, evidence_values, "evidence_all") if evidence_values else []
         )  # no quality, no marks: nothing to rank
         evidence_pivot: list[dict] = []
         errors = [r | {"page": item_page_name(r["item_id"])} for r in tables.error_table(data)]
@@ -271,10 +281,10 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         for row in summary:
             row.update(evidence_columns(cells[(row["task"], row["strategy"], row["budget"])]))
     quality_values = lambda cell: tables.item_values(cells.get(cell, []))  # noqa: E731
-    curve_context = _curve_context(data, summary, "quality_all", quality_values)
-    pivot = best_at_each_budget(_ranked(summary), quality_values)
+    curve_context = _curve_context(data, summary, "quality_all", quality_values, data.binary)
+    pivot = best_at_each_budget(summary, quality_values)
     evidence_pivot = (
-        best_at_each_budget(_ranked(summary), lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
+        best_at_each_budget(summary, lambda cell: item_evidence(cells.get(cell, []))[0], "evidence_all")
         if evidence
         else []
     )
@@ -339,6 +349,119 @@ def _pivot_cell(row: dict[str, Any] | None, metric: str) -> str:
     )
 
 
+def _interval(row: dict[str, Any], key: str, digits: int = 3) -> str:
+    """``value [low, high]``, or the value alone when the interval is undefined."""
+    value, low, high = row.get(key), row.get(key + "_low"), row.get(key + "_high")
+    if low is None or (isinstance(low, float) and math.isnan(low)):
+        return fmt(value, digits)
+    return f"{fmt(value, digits)} [{fmt(low, digits)}, {fmt(high, digits)}]"
+
+
+def _auc_text(row: dict[str, Any]) -> str:
+    if row.get("auc") is None or (isinstance(row["auc"], float) and math.isnan(row["auc"])):
+        return row["effective_status"]
+    text = _interval(row, "auc")
+    if row.get("auc_low") is None or math.isnan(row["auc_low"]):
+        text += f" (too few items for an interval: {row['n_items']} < {tables.stats.MIN_PAIRED_ITEMS})"
+    return text
+
+
+def _headline_markdown(context: dict[str, Any]) -> list[str]:
+    """The headline: strategies ranked by area under the budget curve, said so."""
+    if not context["ranking"]:
+        return []
+    lines = [
+        "## Headline: strategies ranked by area under the budget curve (AUC)",
+        "",
+        "The ranking uses the AUC: each strategy's "
+        + ("evidence recall" if context["prompts_only"] else "quality (all items, violations = 0)")
+        + " integrated over log(budget) from the smallest to the largest tier run, normalised to [0, 1], "
+        "over the items it scored at every tier, with its 95% interval. Each strategy is compared with the "
+        "next one down by the paired difference of per-item areas; MDE is the smallest difference that "
+        "comparison detects with 80% power at its n. Controls are never ranked.",
+        "",
+        "| rank | task | strategy | AUC [95%] | items | vs next | difference [95%] | result | MDE |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in context["ranking"]:
+        lines.append(
+            f"| {r['rank']} | {r['task']} | {r['strategy']} | {_interval(r, 'auc')} | {r['n_items']} | "
+            f"{fmt(r['next'])} | {_interval(r, 'delta_next') if r['next'] else '–'} | {fmt(r.get('result'))} | "
+            f"{fmt(r.get('mde'))} |"
+        )
+    return lines + [""]
+
+
+def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
+    """Budget curves, controls and the noise floor, as Markdown sections."""
+    lines: list[str] = []
+    if context["curves"]:
+        lines += [
+            f"## Budget curves{note}",
+            "",
+            "Effective budget: the smallest tier keeping at least 85% of the strategy's best score, with the "
+            "range of tiers consistent with the data (95%). AUC: see the headline. Controls are marked.",
+            "",
+            "| task | strategy | items | score per tier | best | effective budget [range] | AUC [95%] |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in context["curves"]:
+            name = f"{c['strategy']} (control)" if c["control"] else c["strategy"]
+            scores = ", ".join(f"{b}: {fmt(s)}" for b, s in zip(c["budgets"], c["scores"]))
+            lines.append(
+                f"| {c['task']} | {name} | {c['n_items']} | {scores} | {fmt(c['best_score'])} | "
+                f"{c['effective_text']} | {_auc_text(c)} |"
+            )
+        lines.append("")
+    if context["controls"]:
+        lines += [
+            "## Controls",
+            "",
+            f"Harness controls (never ranked): {', '.join(context['controls'])}. An item control:no_memory "
+            "(system prompt and question alone) answers correctly at a tier is *answerable without memory* there; "
+            "every cell's score is also shown without those items.",
+            "",
+        ]
+        if context["answerable"]:
+            lines += ["| task | budget | answerable without memory | of items | items |", "|---|---|---|---|---|"]
+            lines += [
+                f"| {f['task']} | {f['budget']} | {f['answerable']} | {f['control_items']} | {f['items'] or '–'} |"
+                for f in context["answerable"]
+            ]
+            lines += [
+                "",
+                "| task | strategy | budget | score (all items) | n | score without them [95%] | n | left out |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {r['task']} | {r['strategy']}{' (control)' if r['control'] else ''} | {r['budget']} | "
+                f"{fmt(r['score_all'])} | {r['n_all']} | {_interval(r, 'score_remaining')} | {r['n_remaining']} | "
+                f"{r['left_out']} |"
+                for r in context["without_answerable"]
+            ]
+            lines.append("")
+    if context["noise"]:
+        lines += [
+            f"## Noise floor from repeats{note}",
+            "",
+            "Per cell: the share of items whose outcome is not the same on every repeat (flip rate), how much two "
+            "single repeats disagree item by item (discordance, or the sd of the difference for graded values), "
+            "and the noise floor: the smallest difference between two single-repeat results over the cell's items "
+            "that a paired comparison detects (95%, 80% power) when they disagree only by this repeat noise.",
+            "",
+            "| task | strategy | budget | repeats | items | flip rate | flipped | repeat spread | noise floor |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['repeats']} | {r['items_repeated']} | "
+            f"{fmt(r['flip_rate'])} | {r['flipped_items']} | {r['spread_kind']} {fmt(r['repeat_spread'])} | "
+            f"{fmt(r['noise_floor'])} |"
+            for r in context["noise"]
+        ]
+        lines.append("")
+    return lines
+
+
 def _markdown(context: dict[str, Any]) -> str:
     note = " (approximate token counts)" if context["approximate"] else ""
 
@@ -351,6 +474,7 @@ def _markdown(context: dict[str, Any]) -> str:
     lines += [f"- {name}: {value}" for name, value in context["header"].items()] + [""]
     if context["prompts_only"]:
         lines += ["**Prompts-only run**: no model was called; evidence recall, compliance and budget use only.", ""]
+    lines += _headline_markdown(context)
     for grid in context["pivot"] + context["evidence_pivot"]:
         what = "quality" if grid["metric"] == "quality_all" else "evidence recall (all evidence kept)"
         lines += [
@@ -361,12 +485,14 @@ def _markdown(context: dict[str, Any]) -> str:
         ]
         for strategy in grid["strategies"]:
             cells = [grid["cells"][strategy].get(b) for b in grid["budgets"]]
-            lines.append(f"| {strategy} | " + " | ".join(_pivot_cell(c, grid["metric"]) for c in cells) + " |")
+            name = f"{strategy} (control, not ranked)" if strategy in grid.get("controls", ()) else strategy
+            lines.append(f"| {name} | " + " | ".join(_pivot_cell(c, grid["metric"]) for c in cells) + " |")
         lines.append("| **best** | " + " | ".join(grid["best"][b]["text"] for b in grid["budgets"]) + " |")
         lines.append("")
     if context["approximate"]:
         lines += ["**Approximate token counts**: every table below is approximate.", ""]
     lines += ["## Findings", ""] + [f"- {f}" for f in context["findings"]] + ["", context["error_policy"], ""]
+    lines += _curve_markdown(context, note)
     evidence = (
         [
             "evidence_all",
@@ -470,6 +596,7 @@ def _markdown(context: dict[str, Any]) -> str:
             "delta_low",
             "delta_high",
             "result",
+            "mde",
             "missing_in_candidate",
             "missing_in_reference",
             "dropped_ingest_loss",
