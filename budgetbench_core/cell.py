@@ -62,9 +62,10 @@ class CellLog:
         self.aux = {"aux_calls": 0, "aux_prompt_tokens": 0, "aux_completion_tokens": 0, "aux_latency_s": 0.0}
         self.served_violation: str | None = None  # an auxiliary call the server counted over the budget
         self.evidence: dict[str, Any] | None = None  # evidence recall of the gated prompt, on the terminal row
+        self.metered: dict[str, dict[str, Any]] = {}  # gateway calls per phase (host.metering), on the terminal row
 
     def make(self, cls: type[CellEvent], **fields: Any) -> CellEvent:
-        extra = {**self.aux, "evidence": self.evidence} if issubclass(cls, Terminal) else {}
+        extra = {**self.aux, "metered": self.metered, "evidence": self.evidence} if issubclass(cls, Terminal) else {}
         return cls(**self.key.fields(), **{**extra, **fields})
 
     def emit(self, cls: type[CellEvent], channel: bool = False, **fields: Any) -> bool:

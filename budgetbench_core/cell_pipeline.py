@@ -95,6 +95,8 @@ def build_prompt(
         retriever = strategy if isinstance(strategy, (MemorySystemStrategy, RemoteStrategy)) else None
         if retriever is not None:
             retriever.saved_retrieval = load_retrieval(run.run_dir, name, item.id)
+        if isinstance(strategy, RemoteStrategy):
+            strategy.cell = cell  # its own SDK's calls through the gateway are charged to this cell
         returned = strategy.apply(view.item.history, budget, context)
         if retriever is not None and retriever.new_retrieval is not None:
             save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)

@@ -98,6 +98,30 @@ class AuxCall(CellEvent):
 
 
 @dataclass(kw_only=True)
+class MeteredCall(CellEvent):
+    """One request a plugin sent with its own SDK to the run's metering gateway (see
+    [isolation](isolation.md#the-metering-gateway)): counted, attributed to the cell and phase."""
+
+    EVENT: ClassVar[str] = "metered_call"
+    phase: str = doc(
+        "`write` (a memory system's ingest), `read` (its retrieval) or `aux` (any other call made while `apply` ran)"
+    )
+    endpoint: str = doc("`chat.completions`, `embeddings`, or the path of a request the gateway does not serve")
+    kind: str = doc(
+        "`call` (forwarded; `ok` says whether a reply came back), `violation` (an `aux` prompt over the budget: "
+        "not sent), `invalid` (a request the gateway does not serve), `error` (the harness failed before sending)"
+    )
+    model: str | None = doc("the model name the plugin asked for (the run's model answered)", None)
+    input_tokens: int | None = doc("our exact count of what it sent (chat template included); null if not counted", None)
+    served_prompt_tokens: int | None = doc("the server's prompt count; null when not reported", None)
+    completion_tokens: int | None = doc("the server's completion count; null when not reported", None)
+    latency_s: float = doc("time from the request's arrival to the reply", 0.0)
+    ok: bool = doc("a reply came back", False)
+    status: int = doc("the HTTP status the plugin got", 0)
+    error: str | None = doc("why it failed or was refused", None)
+
+
+@dataclass(kw_only=True)
 class Warning(CellEvent):
     """Something was repaired on the way and the cell went on (e.g. a corrupt cache entry was dropped)."""
 
@@ -115,6 +139,11 @@ class Terminal(CellEvent):
     aux_prompt_tokens: int = doc("their prompt tokens (our count)", 0)
     aux_completion_tokens: int = doc("their completion tokens (as reported; unreported counts as absent)", 0)
     aux_latency_s: float = doc("their total latency", 0.0)
+    metered: dict[str, dict[str, Any]] = doc(
+        "calls a plugin made with its own SDK through the metering gateway, per phase (`write`, `read`, `aux`): "
+        "`{calls, input_tokens, completion_tokens, latency_s}`; `completion_tokens` null when any reply gave none",
+        factory=dict,
+    )
     evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)
 
 
@@ -271,7 +300,7 @@ class EpisodeSummary:
     outcome: dict[str, Any] | None = doc("the task's grade detail (JSON-safe copy); null unless graded", None)
 
 
-CELL_EVENTS = (PromptAudit, AuxCall, Warning, Result, Violation, Admitted, Error)
+CELL_EVENTS = (PromptAudit, AuxCall, MeteredCall, Warning, Result, Violation, Admitted, Error)
 ALL_EVENTS = (*CELL_EVENTS, RefusedCall, EpisodeTurn, ItemRecord)
 
 

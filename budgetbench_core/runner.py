@@ -47,7 +47,8 @@ from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
-from .host.pool import PluginHost, PluginHostError, Source, strategy_source
+from .host.pool import PluginHost, PluginHostError, Source, sandbox_name, strategy_source
+from .host.metering import Metering
 from .host.remote import RemoteStrategy
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
 from .memory_systems import MemorySystem, MemorySystemStrategy
@@ -218,6 +219,7 @@ class Run:
             else {}
         )
         self.host: PluginHost | None = None  # the workers of an isolated run, started with the run
+        self.metering: Metering | None = None  # the gateway plugins' own SDKs call (isolated runs with a model)
         # Plugins' own files (indexes, databases): outside the run directory, removed at the end.
         self.scratch_dir = Path(tempfile.mkdtemp(prefix="budgetbench-scratch-"))
         self.max_output_tokens = config.max_output_tokens or self.task.max_output_tokens
@@ -471,7 +473,11 @@ class Run:
             "max_output_tokens": self.max_output_tokens,
             "max_ingest_loss": c.max_ingest_loss,
             "server_prompt_cache": c.server_prompt_cache,
-            "isolation": self.host.describe() if self.host is not None else {"isolation": "none", "sandbox": "none"},
+            "isolation": (
+                {"isolation": "process", "sandbox": sandbox_name()}
+                if c.isolation == "process"
+                else {"isolation": "none", "sandbox": "none"}
+            ),
             "versions": self._plugin_versions(),
             **({"prompts_only": True} if c.prompts_only else {}),  # absent otherwise: older keys stay valid
         }
@@ -765,6 +771,10 @@ class Run:
                 if self.judge_backend
                 else self.caller
             )
+            if self.host is not None and not self.config.prompts_only:  # a model to meter: the gateway before it
+                self.metering = Metering(self.caller, self.counter, self.config.seed)
+                self.metering.start()
+                self.host.meter_with(self.metering)
             self.grading_context = GradingContext(
                 judge=self._judge, judge_model=self.config.judge_model or self.config.model
             )
@@ -800,6 +810,8 @@ class Run:
         finally:
             if self.host is not None:
                 self.host.close()
+            if self.metering is not None:
+                self.metering.stop()
             shutil.rmtree(self.scratch_dir, ignore_errors=True)
             self.backend.stop()
             if self.judge_backend:

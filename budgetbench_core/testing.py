@@ -629,7 +629,7 @@ def strategy_context(
     item: Item,
     budget: int,
     counter: PromptCounter,
-    run_dir: Path,
+    scratch_dir: Path,
     complete: Callable[[Sequence[Message], int, str], str] | None = None,
     seed: int = 0,
 ) -> StrategyContext:
@@ -641,7 +641,7 @@ def strategy_context(
         counter=counter,
         complete=complete or no_model_calls,
         seed=seed,
-        scratch_dir=Path(run_dir),
+        scratch_dir=Path(scratch_dir),
     )
 
 

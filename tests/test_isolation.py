@@ -26,7 +26,8 @@ from budgetbench_core.host.landlock import abi_version
 from budgetbench_core.integrity import verify_run
 from budgetbench_core.messages import Item, Message
 from budgetbench_core.runlog import final_rows, iter_events
-from budgetbench_core.testing import FaultServer, registry_with
+from budgetbench_core.testing import FaultServer, registry_with, tokenizer_for
+from budgetbench_core.tokenizers import PromptCounter
 
 TASK_OPTIONS = {"items": 4, "history_tokens": 600}
 LANDLOCK = abi_version() >= 4  # file and TCP rules
@@ -151,16 +152,46 @@ class Hanger(Truncation):
         return super().apply(history, budget, context)
 
 
+class OwnSdk(Truncation):
+    """A vendor layer with its own OpenAI client (configured from the environment, as SDKs are),
+    which also leaves a thread behind that calls again after ``apply`` returned."""
+
+    name = "metered-own-sdk"
+
+    def apply(self, history, budget, context):
+        import openai
+
+        client = openai.OpenAI(max_retries=0, timeout=10)  # OPENAI_BASE_URL and OPENAI_API_KEY
+        note = f"Summarise: {history[-1].content[:300]}"
+        reply = client.chat.completions.create(
+            model="vendor-llm", messages=[{"role": "user", "content": note}], max_tokens=8
+        )
+        context.audit["note"] = note
+        context.audit["reply"] = reply.choices[0].message.content
+
+        def late_call():
+            time.sleep(0.5)
+            try:
+                client.chat.completions.create(model="vendor-llm", messages=[{"role": "user", "content": "late"}])
+            except Exception:  # noqa: BLE001 - refused, as it should be
+                pass
+
+        threading.Thread(target=late_call, daemon=True).start()
+        return super().apply(history, budget, context)
+
+
 PLUGIN = types.SimpleNamespace(
     register_strategies=hookimpl(
-        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger)]
+        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger, OwnSdk)]
     )
 )
 
 
 def hostile_run(tmp_path: Path, strategy: str, params=None, **options):
     out = tmp_path / "run"
-    with FaultServer(reply=gold_reply) as server:
+    counter = PromptCounter(tokenizer_for("tiktoken:cl100k_base"))
+    served = lambda messages: counter.count([Message(m["role"], m["content"]) for m in messages])  # noqa: E731
+    with FaultServer(reply=gold_reply, count_prompt=served) as server:
         params = {k: (server.port if v == "PORT" else v) for k, v in (params or {}).items()}
         settings = dict(
             task="synthetic-memory",
@@ -265,3 +296,34 @@ def test_isolation_none_runs_in_process_and_says_so(tmp_path):
     from budgetbench_core.runlog import read_manifest
 
     assert read_manifest(out)["identity"]["isolation"] == {"isolation": "none", "sandbox": "none"}
+
+
+def test_a_plugins_own_sdk_calls_are_metered_per_cell_and_cut_off_after_apply(tmp_path):
+    """Old code: a vendor SDK's calls went straight to its endpoint and appeared nowhere.
+
+    Each apply makes one call and leaves a thread that calls again 0.5 s later: that call is
+    metered against whichever cell of the worker is running then, or refused (and recorded)
+    when none is; it never reaches the server unmetered."""
+    counter = PromptCounter(tokenizer_for("tiktoken:cl100k_base"))
+    out, summary, rows, audits, hits = hostile_run(tmp_path, "metered-own-sdk")
+    metered = [e for e in iter_events(out) if e["event"] == "metered_call"]
+    late = out / "late_calls.jsonl"
+    refused = late.read_text().count("refused by the metering gateway") if late.exists() else 0
+    # each apply's own call, plus the late calls that found the worker in a cell (the others were
+    # refused and recorded, or never sent: the worker was killed at the end of the run)
+    assert TASK_OPTIONS["items"] <= len(metered) and len(metered) + refused <= 2 * TASK_OPTIONS["items"]
+    assert all(c["strategy"] == "metered-own-sdk" and c["phase"] == "aux" and c["ok"] for c in metered)
+    terminal = by_strategy(rows, "metered-own-sdk")
+    for item_id, row in terminal.items():
+        own = [c for c in metered if c["item_id"] == item_id]
+        note = audits[("metered-own-sdk", item_id)]["note"]
+        assert counter.count([Message("user", note)]) in [c["input_tokens"] for c in own]
+        assert all(c["input_tokens"] == c["served_prompt_tokens"] for c in own)  # the server's count agrees
+        assert row["metered"]["aux"]["calls"] == len(own)
+        assert row["metered"]["aux"]["input_tokens"] == sum(c["input_tokens"] for c in own)
+        assert row["metered"]["aux"]["completion_tokens"] == sum(c["completion_tokens"] for c in own)
+    # every request the server saw is one the harness made or metered: answers of both arms + metered
+    assert sum(1 for _, path in hits if path.endswith("/chat/completions")) == summary.model_calls
+    answered = sum(1 for r in rows.values() if r["event"] == "result" and not r["cached"])
+    assert summary.model_calls == answered + len(metered)
+    assert verify_run(out).ok

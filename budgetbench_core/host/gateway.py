@@ -144,13 +144,14 @@ class MeteringGateway:
 
     # ------------------------------------------------------------------ grants
 
-    def grant(self, cell: str, phase: str, budget: int | None = None) -> str:
-        """A new token for ``cell`` and ``phase``; calls with it are attributed to them."""
+    def grant(self, cell: str, phase: str, budget: int | None = None, token: str | None = None) -> str:
+        """A new token for ``cell`` and ``phase`` (or ``token`` again, bound to them now: a plugin's
+        SDK keeps the key it was built with); calls with it are attributed to them."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}; phases are {', '.join(PHASES)}")
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
             raise ValueError(f"budget must be a positive int or None, got {budget!r}")
-        token = secrets.token_urlsafe(24)
+        token = token or secrets.token_urlsafe(24)
         with self._lock:
             self._grants[token] = Grant(str(cell), phase, budget)
         return token

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .landlock import abi_version
+from .metering import Metering
 from .remote import RemoteStrategy, WorkerGone, WorkerProcess
 
 # What a worker inherits from the harness's environment: locale, paths and library switches,
@@ -48,6 +49,12 @@ def strategy_source(cls: Any, distribution: str, version: str) -> dict[str, Any]
     }
 
 
+def sandbox_name() -> str:
+    """What confines this machine's workers: ``landlock-abi-N``, or ``none`` without Landlock."""
+    version = abi_version()
+    return f"landlock-abi-{version}" if version > 0 else "none"
+
+
 class PluginHostError(RuntimeError):
     """A worker could not be started or could not create its strategy."""
 
@@ -56,31 +63,34 @@ class PluginHost:
     """Spawns and owns the run's workers (see the module docstring)."""
 
     def __init__(
-        self,
-        tokenizer_info: dict[str, Any],
-        scratch_root: Path,
-        confine: bool = True,
-        env: dict[str, str] | None = None,
+        self, tokenizer_info: dict[str, Any], scratch_root: Path, metering: Metering | None = None, confine: bool = True
     ) -> None:
         self.tokenizer_info = tokenizer_info
         self.confine = confine and abi_version() > 0
-        self.extra_env = dict(env or {})
-        self.ports: list[int] = []
+        self.metering = metering  # the gateway a worker's own SDK calls go to (None: no model in this run)
+        self.ports: list[int] = [metering.port] if metering is not None else []
         self.scratch_root = scratch_root  # the run's; each worker gets a folder of its own in it
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[WorkerProcess] = []
         self._count = 0
-        self.sandbox: dict[str, Any] = {"sandbox": f"landlock-abi-{abi_version()}" if self.confine else "none"}
+        self.sandbox: dict[str, Any] = {"sandbox": sandbox_name() if self.confine else "none"}
+
+    def meter_with(self, metering: Metering) -> None:
+        """Workers spawned from now on send their own SDK's calls to ``metering``'s gateway."""
+        self.metering = metering
+        self.ports = [metering.port]
 
     def describe(self) -> dict[str, Any]:
         """For the run's identity and the report header."""
         return {"isolation": "process", **self.sandbox}
 
-    def _environment(self, scratch: Path) -> dict[str, str]:
+    def _environment(self, scratch: Path, token: str | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
         env.update(HOME=str(scratch), TMPDIR=str(scratch), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        env.update(self.extra_env)
+        env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+        if self.metering is not None and token is not None:
+            env.update(self.metering.environment(token))
         return env
 
     def strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
@@ -109,7 +119,8 @@ class PluginHost:
             self._count += 1
             scratch = self.scratch_root / f"{name}-{self._count}"
         scratch.mkdir(parents=True)
-        worker = WorkerProcess(self._environment(scratch), scratch / "worker.log", scratch)
+        token = self.metering.new_token() if self.metering is not None else None
+        worker = WorkerProcess(self._environment(scratch, token), scratch / "worker.log", scratch)
         with self._lock:
             self._workers.append(worker)
         frame = {
@@ -133,11 +144,11 @@ class PluginHost:
             failed = reply["failed"]
             raise PluginHostError(str(failed.get("message")))
         created = reply.get("done") or {}
-        applied = created.get("sandbox") if isinstance(created.get("sandbox"), dict) else {}
+        applied: dict[str, Any] = created["sandbox"] if isinstance(created.get("sandbox"), dict) else {}
         if self.confine and applied.get("sandbox") != self.sandbox["sandbox"]:
             worker.kill()  # never a silent fallback: the run's identity says the workers are confined
             raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
-        return RemoteStrategy(name, worker, created)
+        return RemoteStrategy(name, worker, created, self.metering, token)
 
     def close(self) -> None:
         with self._lock:

@@ -22,12 +22,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ..cell import CellLog
 from ..gate import AuxiliaryBudgetError
 from ..memory_systems import IngestLossError
 from ..messages import Message
 from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
+from .metering import Metering
 
 
 class WorkerGone(RuntimeError):
@@ -89,7 +91,14 @@ class WorkerProcess:
 class RemoteStrategy(MemoryStrategy):
     """A strategy running in its own worker process (see the module docstring)."""
 
-    def __init__(self, name: str, worker: WorkerProcess, created: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        worker: WorkerProcess,
+        created: dict[str, Any],
+        metering: Metering | None = None,
+        token: str | None = None,
+    ) -> None:
         self.params = {}
         self.name = name  # type: ignore[misc]
         self.worker = worker
@@ -97,6 +106,8 @@ class RemoteStrategy(MemoryStrategy):
         self.current_phase: str | None = None  # a memory system's ingest or retrieve while one runs
         self.saved_retrieval: dict[str, Any] | None = None  # what the engine kept from a previous invocation
         self.new_retrieval: dict[str, Any] | None = None  # what the worker retrieved: the engine saves it
+        self.metering, self.token = metering, token  # the worker's gateway token, live only during apply
+        self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._lock = threading.Lock()
         self.regime = Regime.LOCAL_ONLY  # type: ignore[misc]  # the worker's describe() says the real one
 
@@ -121,7 +132,13 @@ class RemoteStrategy(MemoryStrategy):
             "seed": context.seed,
             "saved_retrieval": self.saved_retrieval,
         }
-        done = self._call(frame, context)
+        self._bind(None)
+        try:
+            done = self._call(frame, context)
+        finally:
+            self.cell = None  # the next cell sets its own
+            if self.metering is not None and self.token is not None:
+                self.metering.unbind(self.token)
         audit = done.get("audit")
         if isinstance(audit, dict):
             context.audit.update(audit)
@@ -136,6 +153,11 @@ class RemoteStrategy(MemoryStrategy):
 
     def close(self) -> None:
         self.worker.kill()
+
+    def _bind(self, phase: str | None) -> None:
+        """Charge the worker's gateway calls to this cell and ``phase`` from now on."""
+        if self.metering is not None and self.token is not None and self.cell is not None:
+            self.metering.bind(self.token, self.cell, phase)
 
     # ------------------------------------------------------------- the exchange
 
@@ -152,6 +174,7 @@ class RemoteStrategy(MemoryStrategy):
                     raise self._failure(reply["failed"], aux_refusal)
                 if "phase" in reply:
                     self.current_phase = reply["phase"] if isinstance(reply["phase"], str) else None
+                    self._bind(self.current_phase)
                     reply = self.worker.receive()
                     continue
                 if context is None:

@@ -146,11 +146,11 @@ class Mem0(MemorySystem):
         self.store: Path | None = None
         self.mem0_dir: str | None = None
 
-    def _memory(self, run_dir: Path) -> Any:
+    def _memory(self, scratch_dir: Path) -> Any:
         """One mem0 store per instance (runner threads each have one): embedded qdrant locks its folder."""
         if self.memory is None:
-            mem0, self.mem0_dir = _import_mem0(run_dir / "mem0")
-            self.store = run_dir / "mem0" / f"store-{uuid.uuid4().hex[:12]}"
+            mem0, self.mem0_dir = _import_mem0(scratch_dir / "mem0")
+            self.store = scratch_dir / "mem0" / f"store-{uuid.uuid4().hex[:12]}"
             self.store.mkdir(parents=True)
             config = {
                 "vector_store": {
@@ -195,7 +195,7 @@ class Mem0(MemorySystem):
         return len(result["results"])
 
     def ingest(self, sessions, context):
-        memory = self._memory(context.run_dir)
+        memory = self._memory(context.scratch_dir)
         user = self.user_id(context.item.id)
         # The store outlives a crash and a reset: start the item from nothing, or a resumed
         # run (or a second pass over the same item) would search duplicated memories.
@@ -235,7 +235,7 @@ class Mem0(MemorySystem):
         return IngestReport(len(sessions), len(sessions) - len(failures), failures, time.perf_counter() - started)
 
     def retrieve(self, query, context):
-        memory = self._memory(context.run_dir)
+        memory = self._memory(context.scratch_dir)
         found = memory.search(
             query, top_k=self.top_k, threshold=self.threshold, filters={"user_id": self.user_id(context.item.id)}
         )["results"]

@@ -75,10 +75,10 @@ def test_mem0_ingests_every_session_of_an_oracle_question(ingested, oracle_item)
     assert report.sessions == report.stored == len(oracle_item.sessions())
     assert context.audit["mem0"]["memories_stored"] == len(oracle_item.history)  # infer=False: one per message
     store = Path(context.audit["mem0"]["store"])
-    assert store.is_relative_to(context.run_dir) and (store / "qdrant").is_dir()
+    assert store.is_relative_to(context.scratch_dir) and (store / "qdrant").is_dir()
     # MEM0_DIR is read once per process, at mem0's import: here the first run's directory.
-    assert Path(context.audit["mem0"]["mem0_dir"]) == context.run_dir / "mem0"
-    assert (context.run_dir / "mem0" / "config.json").is_file()
+    assert Path(context.audit["mem0"]["mem0_dir"]) == context.scratch_dir / "mem0"
+    assert (context.scratch_dir / "mem0" / "config.json").is_file()
 
 
 def test_defect_13_mem0_search_returns_the_requested_count(ingested, oracle_item):
@@ -100,7 +100,7 @@ def test_defect_13_mem0_search_returns_the_requested_count(ingested, oracle_item
 def test_mem0_search_is_scoped_to_the_item(ingested, oracle_item):
     system, _, context = ingested
     other = Item("another-question", (), Message("user", oracle_item.query.content), "x")
-    assert system.retrieve(oracle_item.query.content, context_for(other, context.run_dir)) == []
+    assert system.retrieve(oracle_item.query.content, context_for(other, context.scratch_dir)) == []
 
 
 @pytest.mark.parametrize("budget", [256, 512, 1024])
