@@ -50,6 +50,7 @@ class Row:
     n: int
     coverage: float
     shown: float | None = None  # effective budget: share of runs whose range has a high end
+    exact: float | None = None  # effective budget: share of runs whose range is the true tier alone
     verdicts: float | None = None  # paired area, no difference: share given higher/lower
 
 
@@ -90,7 +91,10 @@ def effective_and_area(ns=NS, reps: int = 2000, seed: int = 11) -> list[Row]:
                 values = _draw(rng, family, means, n, reps)
                 _, low, high = curve.effective_tiers(values)
                 covered = (low <= tier) & ((high < 0) | (high >= tier))
-                rows.append(Row("effective budget", family, name, n, float(covered.mean()), float((high >= 0).mean())))
+                exact = float(np.mean((low == tier) & (high == tier)))
+                rows.append(
+                    Row("effective budget", family, name, n, float(covered.mean()), float((high >= 0).mean()), exact)
+                )
                 a_low, a_high = curve.area_bounds(curve.item_areas(values, budgets))
                 rows.append(Row("area", family, name, n, float(np.mean((a_low <= area) & (area <= a_high)))))
     return rows
@@ -149,6 +153,11 @@ def markdown(rows: list[dict]) -> str:
         for n in NS
     ]
     lines.append("| effective budget: runs whose range has a high end, mean % | " + " | ".join(shown) + " |")
+    exact = [
+        f"{100 * float(np.mean([r['exact'] for r in rows if r['case'] == 'effective budget' and r['n'] == n])):.0f}"
+        for n in NS
+    ]
+    lines.append("| effective budget: runs whose range is the true tier alone, mean % | " + " | ".join(exact) + " |")
     verdicts = [r["verdicts"] for r in rows if r["verdicts"] is not None]
     lines.append("")
     lines.append(f"Paired areas with no difference: at most {100 * max(verdicts):.1f}% of runs get a verdict.")
