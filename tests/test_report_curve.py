@@ -266,3 +266,31 @@ def test_plan_uses_the_flip_rate(repeats_run):
         discordance = sum(a != b for a, b in single) / len(single)
         expected = max(stats.MIN_PAIRED_ITEMS, math.ceil(binary_items_needed(discordance, 0.3)))
         assert plan["needed_one_repeat"] == expected, plan
+
+
+def test_the_worked_examples_in_the_docs_hold():
+    """docs/reading-a-report.md's worked examples, through the report's own functions."""
+    from budgetbench_core.report import curve
+    from budgetbench_core.report.power import detectable_effect
+
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "reading-a-report.md").read_text().split())
+    budgets = [512, 1024, 2048, 4096]
+    for n, expected_range, auc_text in (
+        (30, "[1024, 4096]", "[0.519, 0.793]"),
+        (300, "[2048, 2048]", "[0.625, 0.707]"),
+    ):
+        right = [round(n * share) for share in (0.3, 19 / 30, 0.8, 25 / 30)]
+        values = [[1.0 if i < r else 0.0 for r in right] for i in range(n)]
+        point, low, high = (int(x) for x in curve.effective_tiers(values))
+        assert budgets[point] == 2048 and f"[{budgets[low]}, {budgets[high]}]" == expected_range
+        areas = curve.item_areas(values, budgets)
+        low_a, high_a = curve.area_bounds(areas)
+        assert f"{areas.mean():.3f}" == "0.667" and f"[{low_a:.3f}, {high_a:.3f}]" == auc_text
+        assert expected_range in docs and auc_text in docs
+    assert f"{detectable_effect(4 / 30, 'discordance', 10):.2f}" == "0.69" and "**0.69**" in docs
+    assert f"{detectable_effect(4 / 30, 'discordance', 100):.2f}" == "0.11"
+    assert f"{detectable_effect(0.3, 'discordance', 200):.3f}" == "0.110" and "MDE **0.110**" in docs
+    assert math.ceil(binary_items_needed(0.3, 0.1)) == 243 and "asks for 243 items" in docs
+    assert math.ceil(binary_items_needed(0.3 + 0.4 / 3, 0.1)) == 348
+    low_w, high_w = stats.wilson(50, 88)
+    assert f"**0.568 [{low_w:.3f}, {high_w:.3f}]**" in docs
