@@ -117,7 +117,9 @@ def truncation_item(make_tokenizer, item: Item) -> dict:
     strategy = Truncation()
     started, cpu = time.perf_counter(), time.process_time()
     for budget in TIERS:
-        context = StrategyContext(item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path("."))
+        context = StrategyContext(
+            item=item, budget=budget, counter=counter, complete=None, seed=0, scratch_dir=Path(".")
+        )
         prompt = strategy.apply(item.history, budget, context)
         assert counter.count(prompt) <= budget  # the runner's own exact count
     return {
@@ -138,7 +140,7 @@ def cell_counting(items: list[Item], repeats: int) -> dict:
         for item in items:
             for budget in TIERS:
                 context = StrategyContext(
-                    item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path(".")
+                    item=item, budget=budget, counter=counter, complete=None, seed=0, scratch_dir=Path(".")
                 )
                 prompt = canonical_prompt(Truncation().apply(item.history, budget, context))
                 assert gate(prompt, budget, counter).admitted

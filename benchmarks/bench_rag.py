@@ -36,7 +36,7 @@ def context_for(item, budget, counter, run_dir):
     def no_aux(messages, max_tokens, purpose):
         raise RuntimeError("retrieval strategies make no auxiliary calls")
 
-    return StrategyContext(item=item, budget=budget, counter=counter, complete=no_aux, seed=0, run_dir=run_dir)
+    return StrategyContext(item=item, budget=budget, counter=counter, complete=no_aux, seed=0, scratch_dir=run_dir)
 
 
 def evidence(item, prompt) -> dict[str, bool]:

@@ -143,7 +143,11 @@ def build_prompt(
             )
             return None
         phase = "ingest" if isinstance(original, IngestLossError) else failure.phase
-        if failure.timed_out and isinstance(strategy, MemorySystemStrategy) and strategy.current_phase:
+        if (
+            failure.timed_out
+            and isinstance(strategy, (MemorySystemStrategy, RemoteStrategy))
+            and strategy.current_phase
+        ):
             phase = strategy.current_phase  # hung in ingest or retrieve
         cell.fail(
             phase,

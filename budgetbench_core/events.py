@@ -112,7 +112,9 @@ class MeteredCall(CellEvent):
         "not sent), `invalid` (a request the gateway does not serve), `error` (the harness failed before sending)"
     )
     model: str | None = doc("the model name the plugin asked for (the run's model answered)", None)
-    input_tokens: int | None = doc("our exact count of what it sent (chat template included); null if not counted", None)
+    input_tokens: int | None = doc(
+        "our exact count of what it sent (chat template included); null if not counted", None
+    )
     served_prompt_tokens: int | None = doc("the server's prompt count; null when not reported", None)
     completion_tokens: int | None = doc("the server's completion count; null when not reported", None)
     latency_s: float = doc("time from the request's arrival to the reply", 0.0)

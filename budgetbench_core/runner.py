@@ -47,8 +47,8 @@ from .executors import Executor, Unit
 from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
-from .host.pool import PluginHost, PluginHostError, Source, sandbox_name, strategy_source
 from .host.metering import Metering
+from .host.pool import PluginHost, PluginHostError, Source, sandbox_name, strategy_source
 from .host.remote import RemoteStrategy
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
 from .memory_systems import MemorySystem, MemorySystemStrategy

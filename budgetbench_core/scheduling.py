@@ -32,6 +32,8 @@ from .cell import CellLog
 from .events import Error
 from .executors import Job, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from .graders import GradingContext
+from .host.metering import Metering
+from .host.pool import PluginHost
 from .model_calls import ModelCaller
 from .runlog import now
 from .tokenizers import PromptCounter
@@ -253,6 +255,12 @@ class RemoteWorker(UnitWorker):
                 plugin=run.ref("backend", run.judge_backend.name),
             )
         run.grading_context = GradingContext(judge=run._judge, judge_model=config.judge_model or config.model)
+        if config.isolation == "process":  # the same plugin host as the driver's, in this process
+            run.host = PluginHost(run.tokenizer_info, run.scratch_dir)
+            if not config.prompts_only:
+                run.metering = Metering(run.caller, run.counter, config.seed)
+                run.metering.start()
+                run.host.meter_with(run.metering)
         self._run = run
 
     def _files(self) -> dict[Path, int]:

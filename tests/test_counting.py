@@ -206,7 +206,9 @@ def test_a_five_tier_sweep_tokenises_each_message_once(local_backend):
     tiers = [2048, 4096, 8192, 16384, 32768]
     prompts = []
     for budget in tiers:
-        context = StrategyContext(item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path("."))
+        context = StrategyContext(
+            item=item, budget=budget, counter=counter, complete=None, seed=0, scratch_dir=Path(".")
+        )
         prompt = Truncation().apply(item.history, budget, context)
         assert counter.count(prompt) <= budget
         prompts.append(prompt)
@@ -466,7 +468,9 @@ def test_hf_a_five_tier_sweep_encodes_each_message_once(hf_folder):
     tokenizer._batch = lambda texts: (encoded.extend(texts), batch(texts))[1]
     prompts = []
     for budget in [2048, 4096, 8192, 16384, 32768]:
-        context = StrategyContext(item=item, budget=budget, counter=counter, complete=None, seed=0, run_dir=Path("."))
+        context = StrategyContext(
+            item=item, budget=budget, counter=counter, complete=None, seed=0, scratch_dir=Path(".")
+        )
         prompts.append(Truncation().apply(item.history, budget, context))
         assert counter.count(prompts[-1]) <= budget
     largest = tokenizer.render(prompts[-1])

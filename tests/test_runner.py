@@ -118,7 +118,7 @@ def test_response_cache_survives_a_new_server_port(tmp_path):
     import shutil
 
     for path in tmp_path.iterdir():  # as if the process died after the call, before any row or seal
-        if path.name != "cache.sqlite":
+        if not path.name.startswith("cache.sqlite"):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     second = run(config(tmp_path, strategies=["truncation"], budgets=[256], limit=1))
     assert second.model_calls == 0

@@ -1,13 +1,21 @@
 """Sentence-transformers models, loaded once per process and shared by every strategy instance.
 
-The runner makes one strategy instance per worker thread, and loading a model costs seconds
-and hundreds of MB, so models live in a module-level cache. ``encode`` takes a lock: the
-fast tokenizers are not safe to call from two threads at once, and two concurrent encodes
-would only compete for the same CPU cores.
+The runner makes one strategy instance per worker thread (``--isolation none`` keeps them
+all in one process), and loading a model costs seconds and hundreds of MB, so models live
+in a module-level cache and every thread shares them.
+
+A Hugging Face fast tokenizer is not safe to share: every call first writes its padding and
+truncation settings onto the Rust tokenizer, then encodes with whatever settings it holds.
+Chunking (no padding, no truncation) on one thread while another thread encodes a batch
+(padding, truncation at the model's window) hands the encoder an unpadded batch
+("ValueError: Unable to create tensor") or cuts the chunker's text at 256 tokens. So the
+model's own tokenizer is used only inside ``encode``, under the model's lock, and chunking
+uses ``chunk_tokenizer()``: a private copy per thread, shared with nobody.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import time
@@ -84,13 +92,33 @@ class Embedder:
     lock: threading.Lock = field(default_factory=threading.Lock)
     calls: int = 0
     texts: int = 0
+    _pristine: Any = field(default=None, repr=False)  # never called: only copied
+    _copy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
-    @property
-    def tokenizer(self) -> Any:
-        return self.model.tokenizer
+    def __post_init__(self) -> None:
+        # Copied now, while no thread can be encoding with the model's tokenizer.
+        self._pristine = copy.deepcopy(self.model.tokenizer)
+
+    def chunk_tokenizer(self) -> Any:
+        """This thread's own copy of the model's tokenizer, for counting and cutting text.
+
+        Never the model's tokenizer itself: ``encode`` on another thread changes that one's
+        padding and truncation while it runs.
+        """
+        tokenizer = getattr(self._local, "tokenizer", None)
+        if tokenizer is None:
+            # Not the model's lock: a thread's first chunking need not wait for an encode.
+            with self._copy_lock:
+                tokenizer = copy.deepcopy(self._pristine)
+            self._local.tokenizer = tokenizer
+        return tokenizer
 
     def encode(self, texts: list[str], batch_size: int) -> tuple[np.ndarray, float]:
-        """Unit-length embeddings of ``texts`` in one batched call, and the seconds it took."""
+        """Unit-length embeddings of ``texts`` in one batched call, and the seconds it took.
+
+        Under the lock: the model's tokenizer is mutable state, and two concurrent encodes
+        would only compete for the same CPU cores."""
         with self.lock:
             started = time.perf_counter()
             vectors = self.model.encode(

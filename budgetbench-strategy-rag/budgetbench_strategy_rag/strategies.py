@@ -118,7 +118,7 @@ class Rag(MemoryStrategy):
 
     def _prepare(self, history: Sequence[Message], context: StrategyContext) -> Ranked:
         embedder = get_embedder(self.model_name, self.device)
-        units = make_units(history, self.chunk_tokens, embedder.tokenizer)
+        units = make_units(history, self.chunk_tokens, embedder.chunk_tokenizer())
         work = {"index": "built", "embedded_texts": 0, "embed_s": 0.0}
         if not units:
             return Ranked(

@@ -22,7 +22,8 @@ SPEC, BUDGET, LIMIT = "tiktoken:cl100k_base", 1024, 3
 def test_rag_builds_the_same_prompts_from_the_view_as_from_the_whole_item(name, tmp_path):
     oracle = shared_data("longmemeval/longmemeval_oracle.json")
     out = tmp_path / "run"
-    params = {name: {"vector_store": rag_support.shared_store()}}
+    params = {name: {"vector_store": rag_support.shared_store()}}  # for the direct instance: the run's
+    # worker process builds its own index in its scratch folder (it may write nothing else)
     config = RunConfig(
         task="longmemeval",
         strategies=[name],
@@ -30,7 +31,6 @@ def test_rag_builds_the_same_prompts_from_the_view_as_from_the_whole_item(name, 
         out=out,
         tokenizer=SPEC,
         task_options={"path": str(oracle)},
-        strategy_params=params,
         limit=LIMIT,
         prompts_only=True,
     )

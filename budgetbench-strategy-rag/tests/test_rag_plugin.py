@@ -82,7 +82,7 @@ def test_rag_unloadable_model_names_the_model(tmp_path):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return get_embedder("all-MiniLM-L6-v2").tokenizer
+    return get_embedder("all-MiniLM-L6-v2").chunk_tokenizer()
 
 
 @settings(max_examples=60, deadline=None)

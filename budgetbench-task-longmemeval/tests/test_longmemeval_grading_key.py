@@ -35,20 +35,33 @@ pytestmark = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"LongMemEval data 
 
 LIMIT, BUDGET = 6, 2048
 GRADING_ONLY = {"has_answer", "official_session_id", EVIDENCE_KEY, EVIDENCE_ID_KEY}
-SEEN: list[dict] = []
 
 
-def record(where, item, messages):
-    SEEN.append(
+def record(where, item, messages, context):
+    """What the spy could see, reported in its audit (it runs in a worker process of its own)."""
+    context.audit.setdefault("seen", []).append(
         {
             "where": where,
             "answer": item.answer,
             "category": item.category,
             "metadata": dict(item.metadata),
-            "keys": {key for m in messages for key in m.metadata},
-            "session_ids": {str(m.metadata.get("session_id")) for m in messages} | {s.id for s in item.sessions()},
+            "keys": sorted({key for m in messages for key in m.metadata}),
+            "session_ids": sorted(
+                {str(m.metadata.get("session_id")) for m in messages} | {s.id for s in item.sessions()}
+            ),
         }
     )
+
+
+def seen_in(out) -> list[dict]:
+    """Every spy's reports, from the prompt audits of the run."""
+    reports = [
+        report
+        for e in iter_events(out)
+        if e["event"] == "prompt_audit" and e["strategy"] != "truncation"
+        for report in e["strategy_audit"].get("seen", [])
+    ]
+    return [r | {"keys": set(r["keys"]), "session_ids": set(r["session_ids"])} for r in reports]
 
 
 class Spy(MemoryStrategy):
@@ -61,7 +74,7 @@ class Spy(MemoryStrategy):
         self.truncation = registered("strategy", "truncation").obj()
 
     def apply(self, history, budget, context):
-        record("strategy", context.item, [*history, *context.item.history])
+        record("strategy", context.item, [*history, *context.item.history], context)
         return self.truncation.apply(history, budget, context)
 
 
@@ -76,7 +89,7 @@ class SpyMemory(MemorySystem):
 
     def ingest(self, sessions, context):
         messages = [m for s in sessions for m in s.messages]
-        record("memory", context.item, messages)
+        record("memory", context.item, messages, context)
         self.stored = [(s.id, m) for s in sessions for m in s.messages]
         return IngestReport(len(sessions), len(sessions), [])
 
@@ -98,7 +111,6 @@ def spied(tmp_path_factory):
     items = list(LongMemEval(path=str(SAMPLE)).load(LIMIT, 0))
     answers = {item.query.content: str(item.answer) for item in items}
     out = tmp_path_factory.mktemp("lme-key") / "run"
-    SEEN.clear()
     with FaultServer(reply=lambda messages: answers.get(messages[-1]["content"], "no idea")) as server:
         run(
             RunConfig(
@@ -118,7 +130,7 @@ def spied(tmp_path_factory):
             ),
             registry=registry_with(Plugin(), distribution="lme-key-spy"),
         )
-    return {"out": out, "items": items, "rows": final_rows(out), "seen": list(SEEN)}
+    return {"out": out, "items": items, "rows": final_rows(out), "seen": seen_in(out)}
 
 
 def test_no_arm_sees_answer_labels_or_official_session_ids(spied):

@@ -33,7 +33,9 @@ class Metering:
     def __init__(self, caller: ModelCaller, counter: PromptCounter, seed: int) -> None:
         self.caller = caller
         self.seed = seed
-        self.gateway = MeteringGateway(self._forward, counter.count, self._record, count_text=counter.tokenizer.count_text)
+        self.gateway = MeteringGateway(
+            self._forward, counter.count, self._record, count_text=counter.tokenizer.count_text
+        )
         self._lock = threading.Lock()
         self._cells: dict[str, CellLog] = {}  # token -> the cell it is bound to now, or served last
 

@@ -459,7 +459,9 @@ def _settings(run_dir: Path | None, task, task_options, grader, judge_model, jud
 @click.option("--judge-api-base", default=None, help="Server address of the judge model.")
 @click.option("-n", "--items", type=click.IntRange(1), default=DEFAULT_ITEMS, show_default=True, help="Questions.")
 @click.option("--seed", type=int, default=None, help="Which questions are probed (default: RUN_DIR's seed, else 0).")
-@click.option("-j", "--max-concurrency", type=click.IntRange(1), default=4, show_default=True)
+@click.option(
+    "-j", "--max-concurrency", type=click.IntRange(1), default=4, show_default=True, help="Judge calls in flight."
+)
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Per judge call (s).")
 @click.option("-o", "--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write the card.")
 @click.option("--json", "as_json", is_flag=True, help="Print the card as JSON.")

@@ -127,7 +127,7 @@ def test_no_admitted_prompt_over_budget(smollm2_tokenizer, tmp_path):
                 counter=counter,
                 complete=auxiliary_calls(cls, budget),
                 seed=0,
-                run_dir=tmp_path,
+                scratch_dir=tmp_path,
             )
             prompt = cls().apply(item.history, budget, context)
             exact = smollm2_tokenizer.count(prompt)  # counted afresh, no cache

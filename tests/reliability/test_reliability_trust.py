@@ -52,7 +52,10 @@ DIST = "budgetbench-trust-test"
 RELEASE = threading.Event()  # lets hanging plugin threads end when the tests are over
 PAD = " PADDING-NEVER-SENT" * 400
 KEY = "sk-trust-PLANTED-9c41e07d2b6f4a13"
+# In the harness's process (--isolation none): these check the containment that mode still
+# needs (views, deadlines, late calls, blame); tests/test_isolation.py checks worker processes.
 BASE = dict(
+    isolation="none",
     task="synthetic-memory",
     model="openai/fault-model",
     tokenizer="tiktoken:cl100k_base",
@@ -524,12 +527,23 @@ def test_base_exceptions_inside_apply_become_error_rows(tmp_path, registry, stra
         ({"strategies": ["truncation"], "grader": "trust-grader-exits"}, "grading", "trust-grader-exits"),
     ],
 )
-def test_every_plugin_phase_is_contained(tmp_path, registry, settings, phase, plugin):
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_every_plugin_phase_is_contained(tmp_path, registry, settings, phase, plugin, isolation):
     """ingest, retrieve, extract_prediction and grading: a BaseException or a hang is an error row
-    naming the plugin, its distribution and the phase, never the end of the run."""
+    naming the plugin, its distribution and the phase, never the end of the run (in the
+    harness's process, and with the strategy in its worker)."""
     with FaultServer() as server:
         summary = run(
-            RunConfig(**{**BASE, "budgets": [300, 500], "out": tmp_path / "run", "api_base": server.url, **settings}),
+            RunConfig(
+                **{
+                    **BASE,
+                    "budgets": [300, 500],
+                    "out": tmp_path / "run",
+                    "api_base": server.url,
+                    "isolation": isolation,
+                    **settings,
+                }
+            ),
             registry=registry,
         )
     rows = list(final_rows(tmp_path / "run").values())
@@ -1027,7 +1041,9 @@ def test_a_corrupt_cache_entry_is_a_miss_with_a_warning(tmp_path, registry):
         run(RunConfig(**settings), registry=registry)
         with sqlite3.connect(tmp_path / "run" / "cache.sqlite") as db:
             db.execute("UPDATE responses SET completion = '{\"text\": 42'")
-        shutil.rmtree(tmp_path / "run" / "cells")  # as if the process died after the call, before the row
+        for path in (tmp_path / "run").iterdir():  # as if the process died after the call, before any row
+            if not path.name.startswith("cache.sqlite"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         again = run(RunConfig(**settings), registry=registry)
     assert again.results == 1 and again.model_calls == 1 and len(server.requests) == 2
     warnings = [e for e in iter_events(tmp_path / "run") if e["event"] == "warning"]

@@ -6,9 +6,8 @@ import pytest
 from budgetbench_task_locomo.data import CATEGORIES, load_conversations, read_evidence
 from budgetbench_task_locomo.task import ABSTAIN, NOT_ANSWERABLE, LoCoMo
 
-from budgetbench_core import TaskDataError
-from budgetbench_core.evidence import evidence_marks
-from budgetbench_core.sandbox import PrivateView
+from budgetbench_core import EVIDENCE_ID_KEY, EVIDENCE_KEY, TaskDataError
+from budgetbench_core.testing import strategy_context
 
 UNRESOLVED = {"conv-42_q058": ["D10:19"], "conv-42_q088": ["D"], "conv-47_q038": ["D4:36"]}
 REPAIRED = {
@@ -87,18 +86,23 @@ def test_items_carry_the_dated_conversation_and_evidence_marks(conversations, it
             assert message.content.endswith(f"[shared {turn.caption}]")
     assert sum(bool(t.caption) for _, t in turns) > 0
     assert "Caroline and Melanie" in item.system.content
-    assert [m.id for m in evidence_marks(item.history)] == list(question.evidence) == ["D1:3"]
+    assert evidence_ids(item.history) == list(question.evidence) == ["D1:3"]
     assert item.category == "temporal" and item.answer == "7 May 2023"
     for item in items.values():
-        assert [m.id for m in evidence_marks(item.history)] == sorted(
+        assert evidence_ids(item.history) == sorted(
             item.metadata["evidence_ids"], key=lambda i: tuple(int(n) for n in i[1:].split(":"))
         )
+
+
+def evidence_ids(history) -> list[str]:
+    """The dialogue ids of the messages the task marked as evidence, in order."""
+    return [str(m.metadata[EVIDENCE_ID_KEY]) for m in history if m.metadata.get(EVIDENCE_KEY)]
 
 
 def test_the_strategy_view_holds_no_grading_key(items):
     for key in ("conv-26_q000", "conv-26_q152"):  # temporal, adversarial
         item = items[key]
-        view = PrivateView(item).item
+        view = strategy_context(item, 0, None, ".").item  # what a strategy is given
         assert view.answer is None and view.category is None and dict(view.metadata) == {}
         assert not any("evidence" in m.metadata or "evidence_id" in m.metadata for m in view.history)
         assert item.metadata.get("adversarial_answer") is None or item.category == "adversarial"

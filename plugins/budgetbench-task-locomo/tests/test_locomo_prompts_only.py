@@ -8,9 +8,8 @@ strategies, keep it fast; the docs page gives the same run with rag.
 import csv
 import json
 
-from budgetbench_core.loopback import FaultServer
-from budgetbench_core.runlog import final_rows
-from budgetbench_core.testing import invoke_cli
+from budgetbench_core import final_rows
+from budgetbench_core.testing import FaultServer, invoke_cli
 
 CATEGORIES = {"multi-hop", "temporal", "open-domain", "single-hop"}
 
