@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backends import GenerationParams
 from .cell import AuxChannel, CellLog
+from .controls import HarnessControl, control_prompt
 from .events import Admitted, Error, PromptAudit, Result, Violation, Warning
 from .evidence import evidence_outcome
 from .gate import AuxiliaryBudgetError, Gated, admit, served_over_budget
@@ -97,7 +98,10 @@ def build_prompt(
             retriever.saved_retrieval = load_retrieval(run.run_dir, name, item.id)
         if isinstance(strategy, RemoteStrategy):
             strategy.cell = cell  # its own SDK's calls through the gateway are charged to this cell
-        returned = strategy.apply(view.item.history, budget, context)
+        if isinstance(strategy, HarnessControl):  # needs the full item: built here, never by a plugin
+            returned = control_prompt(name, item, budget, run.counter)
+        else:
+            returned = strategy.apply(view.item.history, budget, context)
         if retriever is not None and retriever.new_retrieval is not None:
             save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)
         dropped: list[str] = []

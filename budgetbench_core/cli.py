@@ -374,6 +374,13 @@ def run_options(function):
             help="Build, gate, audit and score evidence recall for every cell without calling the model.",
         ),
         _option(
+            "--controls",
+            is_flag=True,
+            default=False,
+            help="Also run the harness controls control:no_memory (system prompt and question only) and "
+            "control:evidence_only (the gold evidence alone, fitted to the budget): reference lines, never ranked.",
+        ),
+        _option(
             "--isolation",
             type=click.Choice(["process", "none"]),
             default="process",

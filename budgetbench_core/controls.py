@@ -22,13 +22,38 @@ prompt, so when the system prompt and query alone exceed the budget the row is a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .evidence import EVIDENCE_KEY
 from .messages import Item, Message
+from .strategies import MemoryStrategy, Regime, StrategyContext
 from .tokenizers import PromptCounter
 
 NO_MEMORY = "control:no_memory"
 EVIDENCE_ONLY = "control:evidence_only"
 CONTROLS = (NO_MEMORY, EVIDENCE_ONLY)
+PREFIX = "control:"
+
+
+def is_control(strategy: str) -> bool:
+    """A harness control: a reference line, never a strategy to rank."""
+    return strategy.startswith(PREFIX)
+
+
+class HarnessControl(MemoryStrategy):
+    """A control in the engine's strategy slot. The engine builds its prompt with
+    ``control_prompt`` from the full item (which no strategy is given); ``apply`` is never called."""
+
+    regime = Regime.LOCAL_ONLY
+
+    def __init__(self, name: str) -> None:
+        if name not in CONTROLS:
+            raise ValueError(f"unknown control {name!r}; controls: {', '.join(CONTROLS)}")
+        super().__init__()
+        self.name = name  # type: ignore[misc]
+
+    def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
+        raise RuntimeError(f"{self.name} is built by the engine from the full item (controls.control_prompt)")
 
 
 def is_evidence(message: Message) -> bool:

@@ -36,6 +36,7 @@ from .backends import Backend, GenerationParams
 from .cache import ResponseCache
 from .cell import CellKey, CellLog
 from .cell_pipeline import run_cell
+from .controls import CONTROLS, HarnessControl, is_control
 from .episodes import EpisodicTask, run_episode
 from .events import (
     FINAL_EVENTS,
@@ -54,7 +55,7 @@ from .identity import data_hashes, known_identities, mismatch_message, record_id
 from .memory_systems import MemorySystem, MemorySystemStrategy
 from .messages import Item, Message
 from .model_calls import ModelCaller
-from .plugins import PluginError, Registry, get_registry
+from .plugins import PluginError, PluginInfo, Registry, get_registry
 from .runlog import EventLog, iter_events, now, read_manifest, repair_torn_tails, write_json_atomic
 from .sandbox import (
     Deadline,
@@ -117,6 +118,8 @@ class RunConfig:
     # "process": strategies run in confined worker processes (host/); "none": in this process,
     # for debugging a plugin only (recorded in the identity and shown in the report header)
     isolation: str = "process"
+    # also run the harness controls (control:no_memory, control:evidence_only): reference lines, never ranked
+    controls: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -210,11 +213,13 @@ class Run:
         grader_name = config.grader or self.task.default_grader
         self.grader: Grader = self._instantiate("grader", grader_name)
         self.grader_name = grader_name
+        if config.controls and isinstance(self.task, EpisodicTask):
+            raise RunConfigError(f"--controls: task {config.task!r} is an agent episode; controls answer one question")
         if config.isolation not in ("process", "none"):
             raise RunConfigError(f"--isolation must be 'process' or 'none', got {config.isolation!r}")
         # In-process strategies are imported here; isolated ones only in their workers.
         self.strategy_classes = (
-            {name: registry.get("strategy", name).obj for name in config.strategies}
+            {name: registry.get("strategy", name).obj for name in config.strategies if not is_control(name)}
             if config.isolation == "none"
             else {}
         )
@@ -257,7 +262,13 @@ class Run:
     # ----------------------------------------------------------------- plugins
 
     def ref(self, kind: str, name: str) -> PluginRef:
-        return PluginRef(kind, name, self.registry.locate(kind, name).distribution)
+        return PluginRef(kind, name, self._plugin_of(kind, name).distribution)
+
+    def _plugin_of(self, kind: str, name: str) -> PluginInfo:
+        """The distribution that provides ``name``; the core itself for a harness control."""
+        if kind == "strategy" and is_control(name):
+            return PluginInfo(name, "budgetbench", metadata.version("budgetbench"))
+        return self.registry.locate(kind, name)
 
     def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
         registered = self.registry.get(kind, name)
@@ -272,6 +283,8 @@ class Run:
             ) from None
 
     def _new_strategy(self, name: str) -> MemoryStrategy:
+        if is_control(name):
+            return HarnessControl(name)  # run by the harness itself, in this process (controls.py)
         params = self.config.strategy_params.get(name, {})
         if self.host is not None:
             try:
@@ -298,7 +311,7 @@ class Run:
 
     def _strategy(self, name: str) -> MemoryStrategy:
         """One instance per worker thread: strategies keep per-item state."""
-        if self.host is not None:
+        if self.host is not None and not is_control(name):
             try:
                 params = self.config.strategy_params.get(name, {})
                 return self.host.strategy(name, params, self.config.max_ingest_loss, self._source(name))
@@ -448,7 +461,7 @@ class Run:
             self.tokenizer_plugin.distribution: self.tokenizer_plugin.version,
         }  # resolved, maybe unregistered
         for kind, name in used:
-            plugin = self.registry.locate(kind, name)
+            plugin = self._plugin_of(kind, name)
             versions[plugin.distribution] = plugin.version
         return dict(sorted(versions.items()))
 
@@ -505,7 +518,7 @@ class Run:
         described = json_safe_or_empty(described)
         return {
             **(described if isinstance(described, dict) else {}),
-            "distribution": self.registry.locate("strategy", name).distribution,
+            "distribution": self._plugin_of("strategy", name).distribution,
         }
 
     def _manifest(self, tokenizer: Tokenizer, started: str, identity: dict[str, Any]) -> dict[str, Any]:
@@ -526,8 +539,8 @@ class Run:
             },
             "plugins_used": {
                 f"{kind}:{name}": {
-                    "distribution": self.registry.locate(kind, name).distribution,
-                    "version": self.registry.locate(kind, name).version,
+                    "distribution": self._plugin_of(kind, name).distribution,
+                    "version": self._plugin_of(kind, name).version,
                 }
                 for kind, name in sorted(used)
             },
@@ -834,10 +847,11 @@ class Run:
 def normalised(config: RunConfig) -> RunConfig:
     """``config`` with duplicate budgets and strategies removed (first occurrence kept): a
     cell is never run twice in one command."""
+    controls = list(CONTROLS) if config.controls else []
     return replace(
         config,
         budgets=list(dict.fromkeys(int(b) for b in config.budgets)),
-        strategies=list(dict.fromkeys(config.strategies)),
+        strategies=list(dict.fromkeys([*config.strategies, *controls])),
     )
 
 

@@ -6,10 +6,8 @@ prompt (and, on the other items, only when the prompt's history states the answe
 report flags exactly the seeded items "answerable without memory", shows every strategy's
 score without them, and marks the controls and never ranks them.
 
-The engine does not run controls itself yet (``--controls``), so the run registers two
-strategies named after the controls that build their prompts with ``control_prompt``; the
-evidence-only one reads the full item (with its marks) from the same seeded task, which is
-what the harness will hand it.
+The run uses ``controls=True`` (``--controls``): the engine adds both controls and builds their
+prompts with ``control_prompt`` from the full items, which no strategy is given.
 """
 
 from __future__ import annotations
@@ -20,13 +18,13 @@ from collections import defaultdict
 
 import pytest
 
-from budgetbench_core import EVIDENCE_KEY, Item, MemoryStrategy, Message, Regime, RunConfig, hookimpl, run
+from budgetbench_core import EVIDENCE_KEY, Item, Message, RunConfig, run
 from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
 from budgetbench_core.controls import CONTROLS, EVIDENCE_ONLY, NO_MEMORY, control_prompt, is_evidence
 from budgetbench_core.evidence import evidence_marks, evidence_outcome
 from budgetbench_core.report import stats, write_report
 from budgetbench_core.runlog import final_rows
-from budgetbench_core.testing import FaultServer, registry_with, tokenizer_for
+from budgetbench_core.testing import FaultServer, tokenizer_for
 from budgetbench_core.tokenizers import PromptCounter
 
 TASK_OPTIONS = {"items": 10, "history_tokens": 600}
@@ -135,41 +133,15 @@ def reading_reply():
     return reply
 
 
-class NoMemory(MemoryStrategy):
-    name = NO_MEMORY
-    regime = Regime.LOCAL_ONLY
-
-    def apply(self, history, budget, context):
-        return control_prompt(NO_MEMORY, context.item, budget, context.counter)
-
-
-class EvidenceOnly(MemoryStrategy):
-    """Until the harness runs it: the full item (marks included) from the same seeded task."""
-
-    name = EVIDENCE_ONLY
-    regime = Regime.LOCAL_ONLY
-
-    def apply(self, history, budget, context):
-        full = {i.id: i for i in SyntheticMemory(**TASK_OPTIONS).load(None, 0)}[context.item.id]
-        return control_prompt(EVIDENCE_ONLY, full, budget, context.counter)
-
-
-class Plugin:
-    @hookimpl
-    def register_strategies(self, register):
-        register(NoMemory)
-        register(EvidenceOnly)
-
-
 @pytest.fixture(scope="module")
 def controls_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("controls") / "run"
-    registry = registry_with(Plugin(), distribution="budgetbench-controls-test")
     with FaultServer(reply=reading_reply()) as server:
         run(
             RunConfig(
                 task="synthetic-memory",
-                strategies=["truncation", "recency", NO_MEMORY, EVIDENCE_ONLY],
+                strategies=["truncation", "recency"],
+                controls=True,  # the engine adds both controls, built from the full items
                 budgets=BUDGETS,
                 out=out,
                 api_base=server.url,
@@ -179,8 +151,7 @@ def controls_run(tmp_path_factory):
                 max_concurrency=2,
                 retries=0,
                 timeout_s=30.0,
-            ),
-            registry=registry,
+            )
         )
     paths = write_report(out)
     return out, final_rows(out), json.loads(paths["json"].read_text()), paths
