@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .tasks import TaskDataError
 
@@ -20,10 +20,12 @@ class Dataset:
     """A dataset's official files on the Hugging Face hub and where its task reads them.
 
     ``files`` maps a file in the hub repository to its local name under
-    ``data_dir()/folder``; ``name`` is what ``budgetbench data fetch`` takes. ``manual``, for
+    ``data_dir()/folder`` (a relative path: ``retail/db.json`` for a task that reads one
+    folder per domain); ``name`` is what ``budgetbench data fetch`` takes. ``manual``, for
     files that are not on the hub (or whose licence forbids fetching them for the user), says
     where to get them and on what terms: ``data fetch`` then prints it with where each file
-    goes, and downloads nothing.
+    goes, and downloads nothing; ``repo`` then names the upstream repository, and the keys of
+    ``files`` are paths in it.
     """
 
     name: str
@@ -43,10 +45,39 @@ class Dataset:
             isinstance(k, str) and isinstance(v, str) and k and v for k, v in self.files.items()
         ):
             problems.append("files must map hub file names to local file names")
-        elif any(Path(v).name != v for v in self.files.values()):
-            problems.append("local file names must not contain folders")
+        elif any(not _relative_inside(v) for v in self.files.values()):
+            problems.append(
+                "local file names must not contain folders that leave the dataset's folder (no root, no '..')"
+            )
         if problems:
             raise ValueError(f"Dataset {self.name!r}: {'; '.join(problems)}")
+
+
+def _relative_inside(name: str) -> bool:
+    """``name`` is a plain relative path (``db.json``, ``retail/db.json``): no root, no ``..``."""
+    parts = PurePosixPath(name).parts
+    return bool(parts) and "\\" not in name and not PurePosixPath(name).is_absolute() and ".." not in parts
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One file of a dataset: where its task reads it and whether it is there."""
+
+    remote: str
+    path: Path
+    present: bool
+    size: int | None
+
+
+def dataset_status(dataset: Dataset, root: Path | None = None) -> list[FileStatus]:
+    """Each file of ``dataset`` under ``root`` (default ``data_dir()``), present or missing."""
+    folder = (root or data_dir()) / dataset.folder
+    rows = []
+    for remote, local in dataset.files.items():
+        path = folder / local
+        present = path.is_file()
+        rows.append(FileStatus(remote, path, present, path.stat().st_size if present else None))
+    return rows
 
 
 def data_dir() -> Path:

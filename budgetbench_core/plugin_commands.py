@@ -1,4 +1,4 @@
-"""Commands for plugin authors and data: ``new-plugin``, ``check-plugin`` and ``data fetch``."""
+"""Commands for plugin authors and data: ``new-plugin``, ``check-plugin``, ``data fetch`` and ``data status``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
-from .datasets import Dataset, data_dir
+from .datasets import Dataset, data_dir, dataset_status
 from .plugins import UnknownNameError, get_registry
 
 console = Console(stderr=True)
@@ -271,10 +271,14 @@ def fetch(dataset, directory, files):
     if not missing:
         return
     if source.manual:
-        places = "\n".join(f"  {folder / source.files[remote]}" for remote in missing)
+        if len(source.files) == 1:
+            places = f"  {folder / source.files[missing[0]]}"
+        else:  # several files: say which upstream file goes where
+            places = "\n".join(f"  {folder / source.files[remote]}\n      <- {remote}" for remote in missing)
         default = data_dir() / source.folder
         click.echo(
-            f"{dataset} is not downloaded by budgetbench: {source.manual}\nPlace it here:\n{places}\n"
+            f"{dataset} is not downloaded by budgetbench: {source.manual}\n"
+            f"Place {'it' if len(missing) == 1 else f'these {len(missing)} files'} here:\n{places}\n"
             f"Task plugins look in {default} by default, or pass --task-option path=<file>."
         )
         raise SystemExit(1)
@@ -297,3 +301,55 @@ def fetch(dataset, directory, files):
         with (folder / CHECKSUMS).open("a", encoding="utf-8") as sums:
             sums.write(f"{digest}  {target.name}  # {source.repo}@{commit}/{remote}\n")
         click.echo(f"fetched: {target} sha256={digest} ({source.repo}@{commit})")
+
+
+@data.command("status")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(directory, as_json):
+    """Every dataset the installed task plugins register: where each file is, or is missing.
+
+    A task finds its files here when it is given no path option. Exits 0 whatever is missing
+    (`data fetch NAME` says how to get it).
+    """
+    registry = get_registry()
+    root = directory or data_dir()
+    entries = registry.entries["dataset"]
+    report = []
+    for name, source in registry.datasets().items():
+        files = dataset_status(source, root)
+        report.append(
+            {
+                "dataset": name,
+                "distribution": entries[name].plugin.distribution,
+                "folder": str(root / source.folder),
+                "present": sum(f.present for f in files),
+                "files": [
+                    {"remote": f.remote, "path": str(f.path), "present": f.present, "bytes": f.size} for f in files
+                ],
+                "fetch": f"budgetbench data fetch {name}",
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"data_dir": str(root), "datasets": report}, indent=2))
+        return
+    click.echo(f"data folder: {root}" + ("" if directory or "BUDGETBENCH_DATA_DIR" in os.environ else " (default)"))
+    if not report:
+        click.echo("no installed task plugin registers a dataset")
+    for row in report:
+        total = len(row["files"])
+        state = "complete" if row["present"] == total else "none present" if not row["present"] else "partial"
+        click.echo(
+            f"\n{row['dataset']} ({row['distribution']}): {row['present']}/{total} files, {state}\n  folder: {row['folder']}"
+        )
+        for entry in row["files"]:
+            mark = f"present  {entry['bytes']:>12,} B" if entry["present"] else "MISSING"
+            click.echo(f"  {mark:<24} {entry['path']}")
+        if row["present"] < total:
+            click.echo(f"  to get the missing files: {row['fetch']}")
