@@ -6,7 +6,9 @@ A parameter is accepted when the plugin declares it. Two ways to declare, merged
   ``**params`` up the class hierarchy to the contract base (``MemoryStrategy``,
   ``MemorySystem``, ``Task``, ``Grader``), whose ``**params`` only records them;
 - a class attribute ``parameters = {"name": Param(default, "help")}`` for what the
-  signature cannot show (values read from ``**params``), and to give help text.
+  signature cannot show (values read from ``**params``), and to give help text; a ``Param``
+  may also declare ``type`` (``int``, ``float``, ``str``, ``bool``) and an inclusive
+  ``minimum``/``maximum``, checked with the names before a run builds anything.
 
 Without declared help, the help is the docstring sentence that mentions ````name````.
 An unknown key is an error listing the accepted ones, with a "did you mean".
@@ -41,10 +43,50 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class Param:
-    """A declared parameter: its default (``REQUIRED`` if it has none) and one line of help."""
+    """A declared parameter: its default (``REQUIRED`` if it has none), one line of help, and
+    optionally the ``type`` and inclusive ``minimum``/``maximum`` a given value must have."""
 
     default: Any = REQUIRED
     help: str = ""
+    type: type | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not acceptable (``"a number from 0 to 1"``-style), or None."""
+        expected = self.type
+        if expected is not None:
+            if expected is float:
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+            elif expected is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, expected)
+            if not ok:
+                return f"must be {self.describe_range()}, got {value!r} ({type(value).__name__})"
+        if self.minimum is not None or self.maximum is not None:
+            try:
+                low = self.minimum is not None and value < self.minimum
+                high = self.maximum is not None and value > self.maximum
+            except TypeError:
+                return f"must be {self.describe_range()}, got {value!r}"
+            if low or high:
+                return f"must be {self.describe_range()}, got {value!r}"
+        return None
+
+    def describe_range(self) -> str:
+        names: dict[type, str] = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+        if self.type is None:
+            kind = "a value"
+        else:
+            kind = names.get(self.type, f"a {self.type.__name__}")
+        if self.minimum is not None and self.maximum is not None:
+            return f"{kind} from {self.minimum:g} to {self.maximum:g}"
+        if self.minimum is not None:
+            return f"{kind} >= {self.minimum:g}"
+        if self.maximum is not None:
+            return f"{kind} <= {self.maximum:g}"
+        return kind
 
 
 @dataclass(frozen=True)
@@ -147,6 +189,16 @@ def check_params(kind: str, name: str, cls: type, given: Mapping[str, Any], opti
                 f"{kind} {name!r} has no parameter {key!r}; {did_you_mean(key, list(accepted))}"
                 f"accepted: {listing} (see `budgetbench describe {name}`)"
             )
+    declared = getattr(cls, "parameters", None)
+    if isinstance(declared, Mapping):
+        for key, value in given.items():
+            param = declared.get(key)
+            problem = param.problem(value) if isinstance(param, Param) else None
+            if problem:
+                raise ParameterError(
+                    f"{kind} {name!r}: parameter {key} {problem}; pass {option.replace('KEY', key)} "
+                    f"(see `budgetbench describe {name}`)"
+                )
     missing = [p.name for p in accepted.values() if p.required and p.name not in given]
     if missing:
         raise ParameterError(f"{kind} {name!r} needs {', '.join(missing)}: pass {option.replace('KEY', missing[0])}")

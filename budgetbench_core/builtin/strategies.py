@@ -18,6 +18,7 @@ from budgetbench_core import (
     AuxiliaryBudgetError,
     MemoryStrategy,
     Message,
+    Param,
     Regime,
     StrategyContext,
     hookimpl,
@@ -187,7 +188,16 @@ class Checkpoint(MemoryStrategy):
     regime = Regime.LOCAL_ONLY
     description = "Extractive checkpoint + recent tail + query-relevant evidence."
 
+    parameters = {
+        "tail_share": Param(
+            0.4, "share of the room for the newest messages (0 to 1)", type=float, minimum=0.0, maximum=1.0
+        )
+    }
+
     def __init__(self, tail_share: float = 0.4, **params):
+        problem = self.parameters["tail_share"].problem(tail_share)
+        if problem:  # also when built directly, not through a run's parameter check
+            raise ValueError(f"{self.name}: parameter tail_share {problem}")
         super().__init__(tail_share=tail_share, **params)
         self.tail_share = float(tail_share)
 
