@@ -108,6 +108,7 @@ class RemoteStrategy(MemoryStrategy):
         self.new_retrieval: dict[str, Any] | None = None  # what the worker retrieved: the engine saves it
         self.metering, self.token = metering, token  # the worker's gateway token, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
+        self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
         self._lock = threading.Lock()
         self.regime = Regime.LOCAL_ONLY  # type: ignore[misc]  # the worker's describe() says the real one
 
@@ -127,7 +128,8 @@ class RemoteStrategy(MemoryStrategy):
     def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
         frame = {
             "op": "apply",
-            "view": wire.view_to_wire(context.item),
+            # the view crosses once per item: every budget tier of it reuses the worker's copy
+            "view": None if self._sent_view is context.item else wire.view_to_wire(context.item),
             "budget": budget,
             "seed": context.seed,
             "saved_retrieval": self.saved_retrieval,
@@ -139,6 +141,7 @@ class RemoteStrategy(MemoryStrategy):
             self.cell = None  # the next cell sets its own
             if self.metering is not None and self.token is not None:
                 self.metering.unbind(self.token)
+        self._sent_view = context.item
         audit = done.get("audit")
         if isinstance(audit, dict):
             context.audit.update(audit)
@@ -195,6 +198,8 @@ class RemoteStrategy(MemoryStrategy):
     def _answer(request: dict[str, Any], context: StrategyContext) -> Any:
         kind = request.get("req")
         tokenizer = context.counter.tokenizer
+        if kind == "count_history":  # the view's history, in order: what the strategy was sent
+            return [tokenizer.count_in_message(m.role, m.content) for m in context.item.history]
         if kind == "count_in_message":
             return context.counter.tokenizer.count_in_message(str(request["role"]), str(request["content"]))
         if kind == "count_text":

@@ -66,6 +66,12 @@ class HarnessTokenizer(Tokenizer):
     def __init__(self, harness: Harness, info: dict[str, Any]) -> None:
         self.harness = harness
         self.info = TokenizerInfo(**info)
+        self.known: dict[tuple[str, str], int] = {}  # this item's history, counted in one request
+
+    def learn_history(self, history: Sequence[Message]) -> None:
+        """Count every history message in one request (not one round trip per message)."""
+        counts = self.harness.ask({"req": "count_history"})
+        self.known = {(m.role, m.content): int(n) for m, n in zip(history, counts)}
 
     def render(self, messages: Sequence[Message]) -> str:
         return str(self.harness.ask({"req": "render", "messages": [m.to_dict() for m in messages]}))
@@ -80,6 +86,9 @@ class HarnessTokenizer(Tokenizer):
         return int(self.harness.ask({"req": "count_rendered", "text": prompt}))
 
     def count_in_message(self, role: str, content: str) -> int:
+        known = self.known.get((role, content))
+        if known is not None:
+            return known
         return int(self.harness.ask({"req": "count_in_message", "role": role, "content": content}))
 
 
@@ -92,6 +101,7 @@ class Host:
         self.strategy: Any = None
         self.counter: PromptCounter | None = None
         self.scratch = Path(".")
+        self.view: Any = None  # the item being served: sent once, reused by every budget tier
 
     def create(self, frame: dict[str, Any]) -> dict[str, Any]:
         from ..memory_systems import MemorySystem, MemorySystemStrategy
@@ -134,7 +144,12 @@ class Host:
         from ..sandbox import canonical_prompt, json_safe_or_empty
         from ..strategies import StrategyContext
 
-        view = wire.view_from_wire(frame["view"])
+        new_item = frame.get("view") is not None
+        if new_item:
+            self.view = wire.view_from_wire(frame["view"])
+        view = self.view
+        if view is None:
+            raise ValueError("apply without a view")
         harness = self.harness
 
         def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
@@ -144,6 +159,9 @@ class Host:
             )
 
         assert self.counter is not None
+        tokenizer = self.counter.tokenizer
+        if new_item and isinstance(tokenizer, HarnessTokenizer):
+            tokenizer.learn_history(view.history)
         context = StrategyContext(
             item=view,
             budget=int(frame["budget"]),
