@@ -42,6 +42,7 @@ def demo_configs(out: Path, items: int, answered: int, max_concurrency: int, str
             budgets=list(BUDGETS),
             limit=items,
             prompts_only=True,
+            controls=True,  # no memory and evidence only: the floor and the ceiling of every curve
             task_options={"items": items, "history_tokens": HISTORY_TOKENS},
             **common,
         )

@@ -102,7 +102,13 @@ def test_demo_runs_exactly_and_resumes_without_calls(tmp_path):
         "violation",
     }
     assert read_manifest(out / "prompts")["calls_made"] == 0  # prompts only: no model call
-    assert len(answered) == 2 * len(strategies) and {k[2] for k in answered} == {512}
+    assert {"control:no_memory", "control:evidence_only"} <= strategies  # the demo's reference lines
+    contenders = {s for s in strategies if not s.startswith("control:")}
+    assert len(answered) == 2 * len(contenders) and {k[2] for k in answered} == {512}
+    report = json.loads((out / "prompts" / "report" / "report.json").read_text())
+    ranked = {r["strategy"] for r in report["ranking"]}
+    assert ranked and ranked <= contenders  # ranked by area under the curve; controls never
+    assert report["controls"] == ["control:evidence_only", "control:no_memory"]
     admitted = [r for r in answered.values() if r["event"] == "result"]
     assert admitted and all(r["prompt_tokens"] <= r["budget"] for r in admitted)
     assert all(r["served_prompt_tokens"] == r["prompt_tokens"] for r in admitted)

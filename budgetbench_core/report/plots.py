@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from .curve import is_control  # noqa: E402
+
 PLOTS = {
     "quality": "quality_vs_budget.png",
     "violations": "violations_vs_budget.png",
@@ -79,6 +81,11 @@ def _curves(axis, rows_by_strategy: dict[str, list[dict[str, Any]]], metric: str
         if not rows:
             continue
         budgets = [r["budget"] for r in rows]
+        if is_control(strategy):  # a reference line (the floor or the ceiling), never a contender
+            style = ":" if strategy.endswith("no_memory") else "--"  # the floor dotted, the ceiling dashed
+            axis.plot(budgets, [r[metric] for r in rows], linestyle=style, color="0.3", label=f"{strategy} (control)")
+            drawn = True
+            continue
         line = axis.plot(budgets, [r[metric] for r in rows], marker="o", label=strategy)[0]
         lows, highs = [r.get(f"{metric}_low") for r in rows], [r.get(f"{metric}_high") for r in rows]
         if all(_finite(v) for v in lows + highs):
