@@ -312,9 +312,17 @@ class ConformanceKit:
         if not isinstance(regime, Regime):
             problems.append(f"regime is {regime!r}, not a Regime ({', '.join(r.value for r in Regime)})")
         try:
-            json.dumps(instance.describe())
-        except Exception as exc:
-            problems.append(f"describe() is not JSON-serialisable: {_describe_error(exc)}")
+            object.__getattribute__(instance, "params")
+        except AttributeError:
+            problems.append(
+                "no 'params': a strategy with parameters must call super().__init__(**params) in its __init__ "
+                "(MemoryStrategy records them for the manifest and the run identity)"
+            )
+        else:
+            try:
+                json.dumps(instance.describe())
+            except Exception as exc:
+                problems.append(f"describe() is not JSON-serialisable: {_describe_error(exc)}")
         if problems:
             return CheckResult("declared", "fail", "; ".join(problems))
         return CheckResult("declared", "pass", f"{name}: {Regime(regime).value}")

@@ -131,6 +131,24 @@ class NoRegime(Base):
         return self.keep(history, budget, context)
 
 
+class ForgetsParams(Base):
+    """Takes a parameter but never calls ``super().__init__(**params)``."""
+
+    name = "forgets-params"
+
+    def __init__(self, window: int = 3) -> None:
+        self.window = window
+
+    def apply(self, history, budget, context):
+        return self.keep(history, budget, context)
+
+
+def test_a_strategy_that_forgets_super_init_is_told_the_fix(kit):
+    """Old message: "object has no attribute 'params'", with no hint."""
+    (declared,) = [r for r in kit.run_checks(ForgetsParams) if r.check == "declared"]
+    assert declared.status == "fail" and "super().__init__(**params)" in declared.detail
+
+
 @pytest.mark.parametrize(
     "strategy, check",
     [
