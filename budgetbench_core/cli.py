@@ -374,6 +374,13 @@ def run_options(function):
             help="Build, gate, audit and score evidence recall for every cell without calling the model.",
         ),
         _option(
+            "--price",
+            default=None,
+            metavar="IN/OUT",
+            help="Dollars per million input and output tokens for the report's cost ledger (default: litellm's "
+            "cost map for the model; the embedded model has none).",
+        ),
+        _option(
             "--controls",
             is_flag=True,
             default=False,

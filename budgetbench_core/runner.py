@@ -49,6 +49,7 @@ from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
 from .host.metering import Metering
+from .host.pricing import PriceError, price_for
 from .host.pool import PluginHost, PluginHostError, Source, sandbox_name, strategy_source
 from .host.remote import RemoteStrategy
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
@@ -120,6 +121,7 @@ class RunConfig:
     isolation: str = "process"
     # also run the harness controls (control:no_memory, control:evidence_only): reference lines, never ranked
     controls: bool = False
+    price: str | None = None  # "IN/OUT" $ per million tokens for the cost ledger (default: litellm's map)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -215,6 +217,10 @@ class Run:
         self.grader_name = grader_name
         if config.controls and isinstance(self.task, EpisodicTask):
             raise RunConfigError(f"--controls: task {config.task!r} is an agent episode; controls answer one question")
+        try:  # recorded in the manifest; every $ figure of the report is tokens x this price
+            self.price = price_for(config.model, config.price)
+        except PriceError as exc:
+            raise RunConfigError(str(exc)) from None
         if config.isolation not in ("process", "none"):
             raise RunConfigError(f"--isolation must be 'process' or 'none', got {config.isolation!r}")
         # In-process strategies are imported here; isolated ones only in their workers.
@@ -544,6 +550,7 @@ class Run:
                 }
                 for kind, name in sorted(used)
             },
+            "price": self.price.to_dict() if self.price is not None else None,
             "task": json_safe_or_empty(self.task.manifest_notes()),
             "data_files": identity["data_files"],
             "grader": {

@@ -278,24 +278,6 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
     return table
 
 
-def cost_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Tokens and cost per question, over scored rows (result, violation, admitted): the prompt
-    sent (0 for a violation never sent), completion and auxiliary tokens; cost where reported."""
-    scored = [r for r in rows if r["event"] in ("result", "violation", "admitted")]
-    tokens = [
-        (0 if r["event"] == "violation" and r.get("phase") != "served" else r.get("prompt_tokens") or 0)
-        + (r.get("completion_tokens") or 0)
-        + (r.get("aux_prompt_tokens") or 0)
-        + (r.get("aux_completion_tokens") or 0)
-        for r in scored
-    ]
-    costs = [r["cost"] for r in scored if r.get("cost") is not None]
-    return {
-        "tokens_per_question": _mean([float(t) for t in tokens]),
-        "cost_per_question": float(np.mean(costs)) if costs else None,
-    }
-
-
 def error_table(data: RunData) -> list[dict[str, Any]]:
     return [
         {

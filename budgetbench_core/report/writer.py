@@ -23,6 +23,7 @@ from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .html import fmt, item_page_name, write_html
 from .judge_audit import judge_audit_section
+from .ledger import ledger_table
 from .noise import noise_table
 from .pivot import best_at_each_budget
 from .plots import write_plots
@@ -212,8 +213,14 @@ def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors, curve_f
 def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, values, binary: bool) -> dict[str, Any]:
     """Budget curves (effective budget, area), the headline ranking, the noise floor, controls."""
     cells = data.cells()
+    price = data.manifest.get("price")
+    ledger = ledger_table(cells, price)
+    per_cell = {(r["task"], r["strategy"], r["budget"]): r for r in ledger}
     for row in summary:
-        row.update(tables.cost_columns(cells[(row["task"], row["strategy"], row["budget"])]))
+        figures = per_cell[(row["task"], row["strategy"], row["budget"])]
+        row.update(
+            tokens_per_question=figures["tokens_per_question"], cost_per_question=figures["cost_per_question_usd"]
+        )
     curves, areas = curve_rows(summary, values, metric) if values else ([], {})
     ranking = auc_ranking(curves, areas)
     noise = noise_table(cells, metric)
@@ -235,6 +242,8 @@ def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, va
         "answerable": answerable,
         "without_answerable": without_answerable,
         "curve_findings": findings,
+        "ledger": ledger,
+        "price": price,
     }
 
 
@@ -440,6 +449,39 @@ def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
                 for r in context["without_answerable"]
             ]
             lines.append("")
+    if context.get("ledger"):
+        price = context.get("price")
+        lines += [
+            f"## Cost ledger{note}",
+            "",
+            "Per cell, summed over its terminal rows: the answer prompts sent (violations were never sent) and "
+            "their completions, the strategy's auxiliary calls, and the calls a plugin's own SDK made through the "
+            "metering gateway (write: ingest, read: retrieval, aux: the rest). Tokens per question count every phase; "
+            "a count the server did not report leaves its total empty. "
+            + (
+                f"Price ({price['source']}): input x {price['input_per_token'] * 1e6:g} + output x "
+                f"{price['output_per_token'] * 1e6:g} $ per million tokens."
+                if price
+                else "No price for this model (the embedded model costs CPU time, not dollars; `run --price IN/OUT`)."
+            ),
+            "",
+            "| task | strategy | budget | questions | answer in / out | aux calls (in / out) | write calls (in / out) "
+            "| read calls (in / out) | metered aux calls (in / out) | tokens per question | latency p50 / p95 (s) "
+            "| $ per question |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['questions']} | "
+            f"{fmt(r['answer_input_tokens'])} / {fmt(r['answer_output_tokens'])} | "
+            + " | ".join(
+                f"{r[f'{p}_calls']} ({fmt(r[f'{p}_input_tokens'])} / {fmt(r[f'{p}_output_tokens'])})"
+                for p in ("aux", "metered_write", "metered_read", "metered_aux")
+            )
+            + f" | {fmt(r['tokens_per_question'])} | {fmt(r['latency_p50_s'])} / {fmt(r['latency_p95_s'])} | "
+            f"{fmt(r['cost_per_question_usd'])} |"
+            for r in context["ledger"]
+        ]
+        lines.append("")
     if context["noise"]:
         lines += [
             f"## Noise floor from repeats{note}",
