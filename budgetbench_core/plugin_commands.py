@@ -239,15 +239,18 @@ def dataset_named(name: str | None) -> Dataset:
     raise click.UsageError(f"{problem}; the installed task plugins register:\n{listing}")
 
 
-@data.command("fetch")
-@click.argument("dataset", required=False)
-@click.option(
+DATA_DIR_OPTION = click.option(
     "--dir",
     "directory",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).",
 )
+
+
+@data.command("fetch")
+@click.argument("dataset", required=False)
+@DATA_DIR_OPTION
 @click.option("--file", "files", multiple=True, help="Fetch only this file of the dataset (repeatable).")
 def fetch(dataset, directory, files):
     """Download a dataset's official files from the Hugging Face hub, recording SHA-256 checksums.
@@ -304,13 +307,7 @@ def fetch(dataset, directory, files):
 
 
 @data.command("status")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Data folder (default: $BUDGETBENCH_DATA_DIR or ~/.cache/budgetbench/data).",
-)
+@DATA_DIR_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(directory, as_json):
     """Every dataset the installed task plugins register: where each file is, or is missing.
