@@ -6,7 +6,8 @@ is asked, or the plugins are listed (inspect_ai style). Loading then imports eve
 allowed entry point once, each guarded: a plugin that fails to import, raises (even
 ``SystemExit``) or prints while loading is recorded with its error or output and the
 others still load. ``BUDGETBENCH_LOAD_PLUGINS=a,b`` restricts loading to those
-entry-point names.
+entry-point names; a name that is no installed entry point (a typo, a distribution's name)
+is warned about on stderr with the valid names.
 
 A run imports only what it uses: ``index()`` maps every registered name to the entry point
 that registers it, computed by importing the plugins in a child process (so no plugin's
@@ -24,12 +25,14 @@ hook, by the same plugin) still counts.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import importlib.util
 import inspect
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -217,6 +220,8 @@ class Registry:
         """A registry of the allowed installed entry points, none of them imported yet."""
         allowed = allowed_plugins()
         found = sorted(metadata.entry_points(group=GROUP), key=lambda ep: ep.name)
+        if allowed is not None:
+            _warn_unknown_allowed(allowed, found)
         return cls([ep for ep in found if allowed is None or ep.name in allowed])
 
     # ------------------------------------------------------------- loading
@@ -498,6 +503,48 @@ def allowed_plugins() -> set[str] | None:
     if raw is None:
         return None
     return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def unknown_allowed_message(allowed: set[str], found: list[metadata.EntryPoint]) -> str | None:
+    """What is wrong with ``BUDGETBENCH_LOAD_PLUGINS``, or None: the names that are no
+    installed entry point (a distribution's name is told the entry points it has) and the valid names."""
+    names = sorted({ep.name for ep in found})
+    unknown = sorted(allowed - set(names))
+    if not unknown:
+        return None
+    by_distribution: dict[str, list[str]] = {}
+    for ep in found:
+        by_distribution.setdefault(_normalized(_distribution_of(ep)[0]), []).append(ep.name)
+    described = []
+    for name in unknown:
+        own = sorted(by_distribution.get(_normalized(name), []))
+        if own:
+            described.append(
+                f"{name!r} (a distribution, not an entry point; its entry point{'s' if len(own) > 1 else ''}: "
+                f"{', '.join(own)})"
+            )
+            continue
+        close = difflib.get_close_matches(name, names, n=1)
+        described.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return (
+        f"budgetbench: BUDGETBENCH_LOAD_PLUGINS names no installed entry point: {', '.join(described)}; "
+        f"these are not loaded. Valid entry-point names: {', '.join(names) or 'none'}"
+    )
+
+
+_warned_allowed: set[str] = set()
+
+
+def _warn_unknown_allowed(allowed: set[str], found: list[metadata.EntryPoint]) -> None:
+    """Warn on stderr (once per process and setting) about unknown names in ``BUDGETBENCH_LOAD_PLUGINS``."""
+    message = unknown_allowed_message(allowed, found)
+    if message and message not in _warned_allowed:
+        _warned_allowed.add(message)
+        print(message, file=sys.stderr)
 
 
 def load_registry() -> Registry:

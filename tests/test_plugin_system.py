@@ -270,6 +270,27 @@ def test_listing_reads_metadata_and_imports_only_on_use():
     assert first.split()[1] == "False" and after == "True"
 
 
+def test_load_plugins_naming_no_entry_point_warns_with_the_valid_names():
+    """A typo or a distribution's name in BUDGETBENCH_LOAD_PLUGINS is told, not silently ignored."""
+    env = {**os.environ, "BUDGETBENCH_LOAD_PLUGINS": "builtin-strategies,strategy-rga,budgetbench-task-longmemeval"}
+    result = budgetbench("list-plugins", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)  # the warning stays off stdout
+    assert {r["plugin"] for r in rows} == {"builtin-strategies"}, rows
+    warning = result.stderr
+    assert "BUDGETBENCH_LOAD_PLUGINS" in warning
+    assert "'strategy-rga' (did you mean 'strategy-rag'?)" in warning
+    assert "'budgetbench-task-longmemeval' (a distribution, not an entry point; its entry point: task-longmemeval)" in (
+        warning
+    )
+    valid = set(warning.split("Valid entry-point names: ", 1)[1].strip().split(", "))
+    assert {"builtin-strategies", "strategy-rag", "task-longmemeval"} <= valid, warning
+    assert "'builtin-strategies'" not in warning  # a valid name is not reported
+
+    quiet = budgetbench("list-plugins", env={**os.environ, "BUDGETBENCH_LOAD_PLUGINS": "builtin-strategies"})
+    assert quiet.returncode == 0 and "BUDGETBENCH_LOAD_PLUGINS" not in quiet.stderr, quiet.stderr
+
+
 # ----------------------------------------------------------------- the import boundary
 
 
