@@ -28,7 +28,7 @@ from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
 from .report.judge_audit import judge_audit_command
 from .runlog import RunLogError, final_rows, read_manifest
-from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, run
+from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, refuse_credentials_in_urls, run
 from .tasks import TaskDataError
 
 console = Console(stderr=True)
@@ -443,6 +443,10 @@ def parse_budgets(text: str) -> list[int]:
 
 def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: bool) -> RunConfig:
     """Names and parameters always; then the preflight, which also picks default tiers."""
+    try:
+        refuse_credentials_in_urls(config)  # before any server is asked anything
+    except RunConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     registry = get_registry()
     check_run(registry, config.task, config.task_options, config.strategies, config.strategy_params, config.grader)
     max_output = config.max_output_tokens or registry.get("task", config.task).obj.max_output_tokens

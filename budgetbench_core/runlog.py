@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS
 from .integrity import Chain, IntegrityError, chained_files, new_record, read_record, verify_run, write_record
@@ -44,16 +45,31 @@ _PIECE = 12  # a piece of a key this long is redacted too (some providers quote 
 _seen_environment: tuple[dict[Any, Any], list[tuple[str, str]]] = ({}, [])
 
 
+def encodings(value: str) -> list[str]:
+    """The forms a server may echo a key in: as is, JSON-escaped (``/`` as ``\\/`` too),
+    URL-encoded, each also upper- and lower-cased; longest first, so a whole form is replaced
+    before any part of it."""
+    escaped = json.dumps(value, ensure_ascii=True)[1:-1]
+    forms = {value, escaped, escaped.replace("/", "\\/"), quote(value, safe=""), quote_plus(value, safe="")}
+    forms |= {form.lower() for form in forms} | {form.upper() for form in forms}
+    return sorted(forms, key=lambda form: (-len(form), form))
+
+
 def _secrets() -> list[tuple[str, str]]:
-    """The secret-looking variables of the environment as it is now. Scanning it costs ~60 µs,
-    several times per cell; it is rescanned whenever ``os.environ`` differs from the last scan
-    (one C-level comparison of its raw data)."""
+    """``(name, form)`` for every encoding of every secret-looking variable of the environment
+    as it is now. Scanning it costs ~60 µs, several times per cell; it is rescanned whenever
+    ``os.environ`` differs from the last scan (one C-level comparison of its raw data)."""
     global _seen_environment
     raw = getattr(os.environ, "_data", None)
     seen, secrets = _seen_environment
     if type(raw) is dict and raw == seen:
         return secrets
-    secrets = [(name, value) for name, value in os.environ.items() if len(value) >= 8 and _SECRET_VARIABLE.search(name)]
+    secrets = [
+        (name, form)
+        for name, value in os.environ.items()
+        if len(value) >= 8 and _SECRET_VARIABLE.search(name)
+        for form in encodings(value)
+    ]
     if type(raw) is dict:
         _seen_environment = (dict(raw), secrets)
     return secrets
@@ -70,19 +86,22 @@ def _any_block(value: str, text: str) -> bool:
 def redact(text: str) -> str:
     """``text`` with every secret replaced, before anything is truncated or written.
 
-    The value of every secret-looking environment variable (``*_API_KEY``, ``*_TOKEN``...)
-    and any 12-character piece of it become ``<NAME redacted>``; ``Authorization`` header
+    The value of every secret-looking environment variable (``*_API_KEY``, ``*_TOKEN``...), in
+    every encoding a server may echo it in (``encodings``), and any 12-character piece of those
+    become ``<NAME redacted>``; ``Authorization`` header
     and ``Bearer`` values become ``<redacted>``. Servers and libraries quote keys back in
     error messages and replies, and nothing written to a run directory may carry one. Keys
     are read on every call, since they may be set after import."""
     if not isinstance(text, str) or not text:
         return text
-    for name, value in _secrets():
-        if value in text:
-            text = text.replace(value, f"<{name} redacted>")
-        if len(value) >= 16 and not any(c.isspace() or c in "/\\" for c in value) and _any_block(value, text):
-            for start in range(len(value) - _PIECE + 1):
-                piece = value[start : start + _PIECE]
+    secrets = _secrets()
+    for name, form in secrets:  # every whole form first, then any piece of one
+        if form in text:
+            text = text.replace(form, f"<{name} redacted>")
+    for name, form in secrets:
+        if len(form) >= 16 and not any(c.isspace() for c in form) and _any_block(form, text):
+            for start in range(len(form) - _PIECE + 1):
+                piece = form[start : start + _PIECE]
                 if piece in text:
                     text = text.replace(piece, f"<{name} redacted>")
     # The two patterns scan the whole text (tens of KB for a prompt audit); run each only

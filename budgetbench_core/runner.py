@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .backends import Backend, GenerationParams
 from .cache import ResponseCache
@@ -49,8 +50,8 @@ from .failfast import DEFAULT_MAX_CONSECUTIVE, FailFast
 from .gate import AuxiliaryBudgetError
 from .graders import Grader, GradingContext
 from .host.metering import Metering
-from .host.pricing import PriceError, price_for
 from .host.pool import PluginHost, PluginHostError, Source, sandbox_name, strategy_source
+from .host.pricing import PriceError, price_for
 from .host.remote import RemoteStrategy
 from .identity import data_hashes, known_identities, mismatch_message, record_identity, run_key
 from .memory_systems import MemorySystem, MemorySystemStrategy
@@ -862,8 +863,28 @@ def normalised(config: RunConfig) -> RunConfig:
     )
 
 
+def refuse_credentials_in_urls(config: RunConfig) -> None:
+    """A URL option carrying a user or password would be written to the manifest and identity:
+    refused, with the way to pass a key instead."""
+    urls = {"--api-base": config.api_base, **{f"--executor-option {k}": v for k, v in config.executor_options.items()}}
+    for option, value in urls.items():
+        if not isinstance(value, str) or "@" not in value:
+            continue
+        parts = urlsplit(value)
+        if parts.username or parts.password:
+            shown = parts._replace(
+                netloc=f"<credentials>@{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+            )
+            raise RunConfigError(
+                f"{option} {shown.geturl()}: the URL carries credentials, which would be written to the run's "
+                f"manifest and identity; pass the key in the environment instead (OPENAI_API_KEY, or the "
+                f"provider's *_API_KEY variable litellm reads) and give the URL without it"
+            )
+
+
 def run(config: RunConfig, registry: Registry | None = None, **callbacks: Any) -> RunSummary:
     """Run (or resume) ``config`` and return the summary."""
+    refuse_credentials_in_urls(config)
     if not config.budgets or any(isinstance(b, bool) or int(b) != b or b <= 0 for b in config.budgets):
         raise RunConfigError(f"budgets must be positive integers, got {config.budgets}")
     if not config.strategies:

@@ -94,3 +94,62 @@ def test_keys_on_the_command_line_are_refused(tmp_path, arguments):
     assert "OPENAI_API_KEY" in done.stderr and "environment variable" in done.stderr
     assert SECRET not in done.stdout + done.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--api-base", f"http://user:{SECRET}@127.0.0.1:9/v1"],
+        ["--executor-option", f"address=ray://admin:{SECRET}@head:10001"],
+    ],
+)
+def test_credentials_in_a_url_option_are_refused_with_the_environment_way(tmp_path, arguments):
+    """Old code: the URL, password included, went into manifest.json and identity.json."""
+    done = subprocess.run(
+        [
+            str(BUDGETBENCH),
+            "run",
+            "-t",
+            "synthetic-memory",
+            "-s",
+            "truncation",
+            "-o",
+            str(tmp_path / "run"),
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "carries credentials" in done.stderr and "_API_KEY" in done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_key_is_redacted_in_every_encoding_a_server_may_echo(monkeypatch):
+    """Old code: a key with '/' echoed JSON-escaped (\\/) was written whole, and its pieces were never redacted."""
+    import json
+    from urllib.parse import quote, quote_plus
+
+    from budgetbench_core.runlog import redact
+
+    key = "sk-or-v1/Ab+Cd/0123456789efGHIJ=="
+    monkeypatch.setenv("VENDOR_API_KEY", key)
+    echoes = {
+        "plain": key,
+        "json": json.dumps(key)[1:-1],
+        "json, slash escaped": json.dumps(key).replace("/", "\\/")[1:-1],
+        "url": quote(key, safe=""),
+        "url, plus": quote_plus(key),
+        "upper": key.upper(),
+        "lower": key.lower(),
+    }
+    for how, echoed in echoes.items():
+        body = json.dumps({"error": {"message": f"invalid key {echoed} for this project"}})
+        cleaned = redact(body)
+        assert "<VENDOR_API_KEY redacted>" in cleaned, how
+        assert echoed not in cleaned and "0123456789ef" not in cleaned.lower(), (how, cleaned)
+    piece = key[6:20]  # a provider quoting part of the key, "/" and "+" inside
+    assert piece not in redact(f"key ending {piece}..."), piece
