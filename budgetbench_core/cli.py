@@ -447,6 +447,8 @@ def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: 
         refuse_credentials_in_urls(config)  # before any server is asked anything
     except RunConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if Path(config.out).exists() and not Path(config.out).is_dir():
+        raise click.UsageError(f"--out {config.out}: a file, not a folder; give a new folder or a run directory to resume")
     registry = get_registry()
     check_run(registry, config.task, config.task_options, config.strategies, config.strategy_params, config.grader)
     max_output = config.max_output_tokens or registry.get("task", config.task).obj.max_output_tokens

@@ -17,7 +17,7 @@ import pytest
 from budgetbench_core.cli import parse_budgets
 from budgetbench_core.preflight import suggest_tokenizer
 from budgetbench_core.runlog import final_rows
-from budgetbench_core.testing import FaultServer
+from budgetbench_core.testing import FaultServer, invoke_cli
 
 BUDGETBENCH = Path(sys.executable).with_name("budgetbench")
 SMALL = ["--task-option", "items=3", "--task-option", "history_tokens=300"]
@@ -573,3 +573,11 @@ def test_ctrl_c_exits_130_and_keeps_finished_cells(tmp_path):
     assert code == 130, "".join(seen) + rest
     assert "interrupted" in rest and "Traceback" not in rest
     assert 1 <= len(final_rows(out)) < 12
+
+
+def test_out_naming_a_file_is_a_usage_error_not_a_traceback(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    result = invoke_cli("run", "-t", "synthetic-memory", "-s", "truncation", "-o", str(target), "--no-preflight")
+    assert result.exit_code == 2 and "a file, not a folder" in result.output, result.output
+    assert "Traceback" not in result.output and target.read_text() == "mine"

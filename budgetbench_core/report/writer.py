@@ -93,13 +93,24 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
             f"{task}: {len(lost)} items lost memory sessions at ingest and are dropped from every paired "
             f"comparison: {', '.join(sorted(lost))}."
         )
+    served_over = [r for r in data.rows.values() if r["event"] == "violation" and r.get("phase") == "served"]
+    reported = served_over + [
+        r for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None
+    ]
     if mismatches:
         findings.append(
             f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
             f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens)."
         )
-    else:
-        findings.append("Served-count audit: every server-reported prompt size matched our count.")
+    if served_over:
+        findings.append(
+            f"Served-count audit: on {len(served_over)} calls the server counted the prompt over the budget "
+            f"(violations of phase `served`), though our count admitted it."
+        )
+    if not reported:
+        findings.append("Served-count audit: the server reported no prompt size, so nothing could be compared.")
+    elif not mismatches and not served_over:
+        findings.append(f"Served-count audit: every server-reported prompt size ({len(reported)}) matched our count.")
     if data.served_unreported():
         findings.append(
             f"Served-count audit: not reported by the server on {data.served_unreported()} result rows "
