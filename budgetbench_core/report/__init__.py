@@ -12,13 +12,16 @@ from pathlib import Path
 
 from .data import ReportError
 
-FORMATS = ("csv", "md", "html", "json")
+FORMATS = ("csv", "md", "html", "json", "png")
+"""Every output a report can write; ``png`` is the plots, which ``html`` (embedding them) writes too."""
 
 __all__ = ["FORMATS", "ReportError", "write_report"]
 
 
 def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[str] = FORMATS) -> dict[str, Path]:
-    """Write the report into ``run_dir/report/``; returns name -> path of every file written."""
+    """Write the report into ``run_dir/report/``; returns name -> path of every file written.
+
+    Only the ``formats`` asked for are written (``html`` writes the plots too: it embeds them)."""
     from .writer import write_report as write
 
     return write(run_dir, reference=reference, formats=formats)

@@ -25,7 +25,8 @@ from . import FORMATS, write_report
     "formats",
     multiple=True,
     type=click.Choice(FORMATS),
-    help="Output format; repeat for several. Default: all. Plots are always written.",
+    help="Output format; repeat for several. Default: all. png: the plots (html writes them too, "
+    "as it embeds them); only the formats asked for are written.",
 )
 def report_command(run_dir: Path, reference: str | None, formats: tuple[str, ...]) -> None:
     """Tables, paired deltas, plots and a static HTML report in RUN_DIR/report/."""
