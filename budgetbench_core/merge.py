@@ -311,8 +311,11 @@ def merge_runs(
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="The key of a shard made on another machine (its file from that machine's key store); repeatable.",
 )
-def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool, key_files: tuple[Path, ...]) -> None:
-    """Combine the shard directories of one run (--shard i/N) into one run directory."""
+@click.option("--no-report", is_flag=True, help="Do not write the merged run's report.")
+def merge_command(
+    runs: tuple[Path, ...], out: Path, allow_partial: bool, key_files: tuple[Path, ...], no_report: bool
+) -> None:
+    """Combine the shard directories of one run (--shard i/N) into one run directory and write its report."""
     summary = merge_runs(runs, out, allow_partial=allow_partial, key_files=key_files)
     missing = (
         f", missing {', '.join(f'{i}/{summary.shard_count}' for i in summary.missing_shards)}"
@@ -324,3 +327,27 @@ def merge_command(runs: tuple[Path, ...], out: Path, allow_partial: bool, key_fi
         f"{', '.join(f'{i}/{summary.shard_count}' for i in summary.shards)}{missing}), {summary.rows} rows, "
         f"{summary.terminal_rows} terminal, {summary.cache_entries} cached replies"
     )
+    if not no_report:
+        _write_merged_report(summary.out)
+
+
+def _write_merged_report(run_dir: Path) -> None:
+    """The merged run's report, as ``run`` writes one at its end: only when some row is not an
+    error; a report that cannot be written leaves the merge in place and exits 1."""
+    from .runlog import final_rows
+
+    if not any(row["event"] != "error" for row in final_rows(run_dir).values()):
+        click.echo("no report: no cell produced a result or a violation")
+        return
+    from .report import write_report
+
+    try:
+        paths = write_report(run_dir)
+    except Exception as exc:  # the merged rows are safe on disk; say how to retry the report alone
+        click.echo(
+            f"error: the report could not be written ({type(exc).__name__}: {exc}); the merged run is "
+            f"saved: fix and run `budgetbench report {run_dir}`",
+            err=True,
+        )
+        raise SystemExit(1) from exc
+    click.echo(f"report: {paths.get('html', run_dir / 'report')}")

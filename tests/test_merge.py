@@ -221,3 +221,19 @@ def test_merge_command(tmp_path, shards):
     assert refused.exit_code == 2 and "given twice" in refused.output
     busy = invoke_cli("merge", str(shards[0]), "-o", str(tmp_path / "merged"))
     assert busy.exit_code == 2 and "not empty" in busy.output
+
+
+def test_merge_writes_the_merged_runs_report_unless_no_report(tmp_path, shards):
+    merged = tmp_path / "merged"
+    result = invoke_cli("merge", *map(str, shards), "-o", str(merged))
+    assert result.exit_code == 0, result.output
+    assert f"report: {merged / 'report' / 'index.html'}" in result.output
+    report = json.loads((merged / "report" / "report.json").read_text(encoding="utf-8"))
+    cells = {(r["strategy"], int(r["budget"])) for r in report["summary"]}
+    assert cells == {(s, b) for s in SETTINGS["strategies"] for b in SETTINGS["budgets"]}
+    assert (merged / "report" / "report.md").exists() and (merged / "report" / "summary.csv").exists()
+
+    bare = tmp_path / "bare"
+    quiet = invoke_cli("merge", *map(str, shards), "-o", str(bare), "--no-report")
+    assert quiet.exit_code == 0, quiet.output
+    assert "report:" not in quiet.output and not (bare / "report").exists()
