@@ -74,11 +74,28 @@ def test_two_fresh_runs_give_identical_predictions_and_record_the_selection(tmp_
 
 def test_an_item_without_any_row_is_reported_missing(tmp_path):
     """A run stopped before its last item: that item has no row in any cell, only the manifest names it."""
-    rows = _run(tmp_path, ["truncation"])
-    last = max({k[4] for k in rows})
-    for log in (tmp_path / "cells").rglob("*.jsonl"):
-        lines = [line for line in log.read_text().splitlines() if json.loads(line).get("item_id") != last]
-        log.write_text("".join(line + "\n" for line in lines))
+    done: list[str] = []
+
+    def stop_after_two(strategy, cells):
+        done.append(strategy)
+        if len(done) == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the second item's cell
+
+    config = RunConfig(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[256],
+        out=tmp_path,
+        limit=3,
+        max_concurrency=1,
+        max_output_tokens=12,
+        task_options={"items": 3, "history_tokens": 400},
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run(config, progress=stop_after_two)
+    rows = final_rows(tmp_path)
+    selected = json.loads((tmp_path / "manifest.json").read_text())["selected_items"]["synthetic-memory"]["ids"]
+    (last,) = set(selected) - {k[4] for k in rows}
     write_report(tmp_path, formats=["json"])
     findings = json.loads((tmp_path / "report" / "report.json").read_text())["findings"]
     assert f"synthetic-memory: 1 of the 3 selected items have no row at all (missing): {last}." in findings

@@ -89,7 +89,7 @@ def test_llm_user_calls_are_logged_apart_and_not_budgeted(tmp_path):
         "-s",
         "truncation",
         "-b",
-        "2048",
+        "6144",  # the served context must hold the user simulator's ~4.3K-token prompt (upstream's, untrimmed)
         "-n",
         "1",
         "--max-output-tokens",

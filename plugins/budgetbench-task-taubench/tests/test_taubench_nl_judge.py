@@ -107,7 +107,7 @@ def _run(folder: Path, out: Path, *more: str) -> dict:
         "-s",
         "truncation",
         "-b",
-        "2048",
+        "6144",  # the served context must hold the user simulator's and the judge's prompts
         "--timeout",
         "900",
         *more,
