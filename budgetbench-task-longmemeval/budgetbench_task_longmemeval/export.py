@@ -9,7 +9,8 @@ answer), so accuracy is never computed over only the questions that fit. A quest
 any arm failed to ingest is left out of every arm's file and listed; other error rows
 (a model call that failed after its retries) are left out of their own cell and listed.
 ``summary.json`` holds per-type, task-averaged, overall and abstention accuracy with
-Wilson intervals, computed from the run's own grades.
+Wilson intervals, computed from the run's own grades. A prompts-only run (``--prompts-only``)
+has no hypotheses: it is refused, and nothing is written.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def export(run_dir: Path, out: Path, task: str = "longmemeval") -> dict[str, Any
         raise ValueError(
             f"{run_dir}: no {task!r} rows to export (tasks in this run: "
             f"{sorted({k[0] for k in final_rows(run_dir)}) or 'none'})"
+        )
+    if (manifest.get("config") or {}).get("prompts_only") or any(row["event"] == "admitted" for row in rows.values()):
+        raise ValueError(
+            f"{run_dir} is a prompts-only run (--prompts-only): no model answered, so there are no hypotheses "
+            f"to export. Its evidence recall is in `budgetbench report {run_dir}`; for hypothesis files, run "
+            "the same command without --prompts-only (into another --out)."
         )
     questions = sorted({key[4] for key in rows})
     dropped = ingest_drops(rows)
