@@ -124,7 +124,13 @@ def test_each_phase_lands_where_its_calls_were_made(priced_run):
         assert summary[(row["strategy"], row["budget"])]["cost_per_question"] == row["cost_per_question_usd"]
     markdown = paths["md"].read_text()
     assert "## Cost ledger" in markdown and "Price (--price): input x 1.5 + output x 6" in markdown
-    assert 'id="ledger"' in paths["html"].read_text()
+    html = paths["html"].read_text()
+    assert 'id="ledger"' in html and "score vs cost per question" in html
+    assert (out_dir(paths) / "score_vs_cost.png").stat().st_size > 10_000  # drawn against $ per question
+
+
+def out_dir(paths) -> Path:
+    return Path(paths["html"]).parent
 
 
 def test_a_bad_price_is_refused_before_the_run(tmp_path):

@@ -23,6 +23,7 @@ PLOTS = {
     "quality": "quality_vs_budget.png",
     "violations": "violations_vs_budget.png",
     "pareto": "quality_vs_latency.png",
+    "cost": "score_vs_cost.png",
     "categories": "quality_by_category.png",
 }
 
@@ -160,25 +161,23 @@ def violations_vs_budget(summary, tasks, title_note, path: Path) -> None:
     plt.close(figure)
 
 
-def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
+def _pareto_plot(summary, tasks, title_note, path: Path, x: str, x_label: str, metric: str = "quality_all") -> None:
+    """``metric`` against ``x`` per cell (labels: budget), controls left out, the Pareto front
+    (lower ``x``, higher ``metric``) dashed."""
     figure, axes = _figure(tasks)
     for axis, task in zip(axes, tasks):
         cells = [
             r
             for r in summary
-            if r["task"] == task and not math.isnan(r["latency_p50_s"]) and not math.isnan(r["quality_all"])
+            if r["task"] == task and not is_control(r["strategy"]) and _finite(r.get(x)) and _finite(r.get(metric))
         ]
-        points = [(r["latency_p50_s"], r["quality_all"]) for r in cells]
+        points = [(r[x], r[metric]) for r in cells]
         front = pareto_front(points)
         for strategy, rows in _by_strategy(cells, task).items():
-            axis.scatter([r["latency_p50_s"] for r in rows], [r["quality_all"] for r in rows], label=strategy)
+            axis.scatter([r[x] for r in rows], [r[metric] for r in rows], label=strategy)
             for r in rows:
                 axis.annotate(
-                    str(r["budget"]),
-                    (r["latency_p50_s"], r["quality_all"]),
-                    fontsize=7,
-                    xytext=(3, 3),
-                    textcoords="offset points",
+                    str(r["budget"]), (r[x], r[metric]), fontsize=7, xytext=(3, 3), textcoords="offset points"
                 )
         if front:
             ordered = sorted(points[i] for i in front)
@@ -190,18 +189,34 @@ def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
                 linewidth=1,
                 label="Pareto front",
             )
-        axis.set_xlabel("median model latency (s)")
-        axis.set_ylabel("quality, all items (violations = 0)")
+        label = METRIC_LABELS.get(metric, metric)
+        axis.set_xlabel(x_label)
+        axis.set_ylabel(label)
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
-        axis.set_title(f"{task}: quality vs latency (labels: budget){title_note}", fontsize=10)
+        axis.set_title(
+            f"{task}: {label.split(',')[0].split(' (')[0]} vs {x_label} (labels: budget){title_note}", fontsize=10
+        )
         if cells:
             axis.legend(fontsize=8)
         else:
-            axis.text(0.5, 0.5, "no cell has a result row", ha="center", transform=axis.transAxes)
+            axis.text(0.5, 0.5, f"no cell has both figures ({x})", ha="center", transform=axis.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def quality_vs_latency(summary, tasks, title_note, path: Path) -> None:
+    _pareto_plot(summary, tasks, title_note, path, "latency_p50_s", "median model latency (s)")
+
+
+def score_vs_cost(summary, tasks, title_note, path: Path, metric: str = "quality_all") -> None:
+    """Against $ per question where every cell has a price, else tokens per question (the ledger's)."""
+    priced = [r for r in summary if not is_control(r["strategy"])]
+    if priced and all(_finite(r.get("cost_per_question")) for r in priced):
+        _pareto_plot(summary, tasks, title_note, path, "cost_per_question", "$ per question", metric)
+    else:
+        _pareto_plot(summary, tasks, title_note, path, "tokens_per_question", "tokens per question", metric)
 
 
 def write_plots(
@@ -221,5 +236,6 @@ def write_plots(
         quality_vs_latency(summary, tasks, note, paths["pareto"])
     else:
         del paths["pareto"]
+    score_vs_cost(summary, tasks, note, paths["cost"], metric)
     by_category(categories or [], note, paths["categories"], metric)
     return paths
