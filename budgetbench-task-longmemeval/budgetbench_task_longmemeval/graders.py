@@ -19,7 +19,7 @@ import re
 import string
 import unicodedata
 
-from budgetbench_core import Grader, Message, Verdict, contains_answer, hookimpl
+from budgetbench_core import Grader, Message, Param, Verdict, contains_answer, hookimpl
 
 from .judge_prompts import JUDGE_MAX_TOKENS, PROMPT_VERSION, judge_prompt, prompt_kind, read_verdict
 
@@ -35,6 +35,10 @@ def _question_fields(item) -> tuple[str, str, bool]:
 
 
 class LongMemEvalJudge(Grader):
+    """The official LongMemEval LLM judge: the prompt of the question's type, temperature 0, the
+    label is 'yes' in the reply. The judge is ``--judge-model`` (default: the answering model; the
+    paper used gpt-4o-2024-08-06). An empty prediction scores 0 without asking the judge."""
+
     name = "longmemeval-judge"
     version = PROMPT_VERSION
     binary = True
@@ -94,10 +98,16 @@ def normalize(text: object) -> str:
 
 
 class LongMemEvalMatch(Grader):
+    """A diagnostic that needs no model: the normalised gold answer appears as whole words in a
+    prediction at most ``max_extra_words`` longer; abstention questions need an explicit "not
+    enough information"-style phrase; preference questions score 0, not applicable. Never the
+    headline number."""
+
     name = "longmemeval-match"
     version = "1"
     binary = True
     description = "Diagnostic, no model: normalised answer contained in a short prediction; never an empty one."
+    parameters = {"max_extra_words": Param(help="words a prediction may have beyond the gold answer's and still match")}
 
     def __init__(self, max_extra_words: int = 12, **params):
         super().__init__(max_extra_words=max_extra_words, **params)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from budgetbench_core import Dataset, Task, hookimpl, resolve_data_file
+from budgetbench_core import Dataset, Param, Task, hookimpl, resolve_data_file
 
 from .formatting import HIDDEN_METADATA, to_item
 from .loader import SPLITS, load_records
@@ -25,11 +25,18 @@ def file_sha256(path) -> str:
 
 
 class LongMemEval(Task):
+    """LongMemEval from its official files: each question with its chat history of dated
+    sessions; six question types plus abstention, selected round-robin across types."""
+
     name = "longmemeval"
     default_grader = "longmemeval-judge"
     max_output_tokens = 128
     description = "LongMemEval (official files): chat histories, dated sessions, six question types + abstention."
     hidden_metadata = HIDDEN_METADATA  # has_answer and the official session ids: never seen by strategies
+    parameters = {  # help for `budgetbench describe`; the defaults come from the signature
+        "path": Param(help="an official LongMemEval JSON file (default: the split's file in the data folder)"),
+        "split": Param(help=f"which official file: {', '.join(SPLITS)} (s = LongMemEval_S, oracle = evidence only)"),
+    }
 
     def __init__(self, path: str | None = None, split: str = "s", **options: Any) -> None:
         super().__init__(path=path, split=split, **options)

@@ -46,6 +46,8 @@ def room_for_history(budget: int, context: StrategyContext) -> int:
 
 
 class Truncation(MemoryStrategy):
+    """The system prompt and the newest messages that fit the budget; older ones are dropped."""
+
     name = "truncation"
     regime = Regime.LOCAL_ONLY
     description = "System prompt and the newest messages that fit."
@@ -58,6 +60,9 @@ class Truncation(MemoryStrategy):
 
 
 class FullContext(MemoryStrategy):
+    """The whole history unchanged, whatever the budget: the ceiling arm. A cell where it does
+    not fit is a violation (scored 0), never trimmed."""
+
     name = "full_context"
     regime = Regime.LOCAL_ONLY
     description = "The whole history unchanged; cells where it does not fit are violations."

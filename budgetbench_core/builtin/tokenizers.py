@@ -522,7 +522,12 @@ class HuggingFaceTokenizer(Tokenizer):
         return self._piecewise(frame[0] + content + frame[1], patterns)
 
 
+# The first line of each factory's docstring is what `list-plugins` and `describe` show: the spec
+# form and what its argument means.
+
+
 def server_tokenizer(argument: str, backend) -> ServerTokenizer:
+    """server[:URL]: asks a llama.cpp server to render and count (exact for its model); URL defaults to --api-base or the embedded server."""
     base = argument or getattr(backend, "server_url", None) or getattr(backend, "api_base", None)
     if not base:
         raise ValueError("the server tokenizer needs a llama.cpp server: use --api-base or server:http://host:port")
@@ -532,15 +537,26 @@ def server_tokenizer(argument: str, backend) -> ServerTokenizer:
 
 
 def gguf_tokenizer(argument: str, backend) -> HuggingFaceTokenizer:
+    """gguf:FILE: transformers' reading of a local .gguf file's vocabulary and template; approximate (server is exact)."""
     path = Path(argument)
     if not path.is_file():
         raise ValueError(f"gguf tokenizer: file not found: {argument}")
     return HuggingFaceTokenizer(str(path.parent), gguf_file=path.name)
 
 
+def tiktoken_tokenizer(argument: str, backend) -> TiktokenTokenizer:
+    """tiktoken:ENCODING: an OpenAI encoding (cl100k_base, o200k_base, ...) plus OpenAI's published chat overhead; approximate."""
+    return TiktokenTokenizer(argument)
+
+
+def hf_tokenizer(argument: str, backend) -> HuggingFaceTokenizer:
+    """hf:MODEL: a transformers tokenizer and its chat template, from a Hugging Face model name or a local folder."""
+    return HuggingFaceTokenizer(argument)
+
+
 @hookimpl
 def register_tokenizers(register):
     register("server", server_tokenizer)
-    register("tiktoken", lambda argument, backend: TiktokenTokenizer(argument))
-    register("hf", lambda argument, backend: HuggingFaceTokenizer(argument))
+    register("tiktoken", tiktoken_tokenizer)
+    register("hf", hf_tokenizer)
     register("gguf", gguf_tokenizer)

@@ -44,6 +44,9 @@ def _errata_detail(item, score) -> dict:
 
 
 class LoCoMoF1(Grader):
+    """The LoCoMo paper's token F1: official normalisation, Porter stems and per-category rules,
+    against the official key (and the errata's correction in ``detail["errata"]``)."""
+
     name = "locomo-f1"
     version = VERSION
     binary = False
@@ -60,6 +63,9 @@ class LoCoMoF1(Grader):
 
 
 class LoCoMoJudge(Grader):
+    """The J score: mem0's CORRECT/WRONG judge prompt for categories 1-4, this plugin's own for
+    category 5 (adversarial). An empty prediction scores 0 without asking the judge."""
+
     name = "locomo-judge"
     version = f"{SOURCE}+sha256:{PROMPTS_SHA256[:12]}"
     binary = True

@@ -29,6 +29,7 @@ from budgetbench_core import (
     Item,
     JudgeChannel,
     Message,
+    Param,
     Step,
     TaskDataError,
     UserChannel,
@@ -253,12 +254,33 @@ OPTIONS = ("domain", "split", "path", "user", "max_steps", "max_errors", "max_tu
 
 
 class TauBench(EpisodicTask):
+    """tau2-bench: each task is one agent episode (tools, a policy, a simulated user), graded as
+    upstream grades it (the tau2 reward: database state, communicated info, actions, NL assertions).
+
+    The data is upstream's: ``$BUDGETBENCH_DATA_DIR/taubench/<domain>/`` or the ``path`` option;
+    docs/plugins/taubench.md lists what differs from upstream's orchestrator and why."""
+
     name = "tau-bench"
     default_grader = "exact-match"  # unused: an episode is graded by its outcome (the tau2 reward)
     max_output_tokens = 4096  # upstream sets no cap; the harness needs one to size the served context
     max_turns = MAX_STEPS
     outcome_version = "3"  # 3: upstream's step and error limits, user tools, lenient action parsing
     description = "tau2-bench retail/airline/telecom/mock: tool-agent-user episodes graded as upstream grades them."
+    # help for `budgetbench describe` (the defaults come from the signature)
+    parameters = {
+        "domain": Param(help=f"the tau2 domain: {', '.join(DOMAINS)}"),
+        "split": Param(help="train, test or base (all tasks); default test (base for mock)"),
+        "path": Param(help="a domain folder in upstream's layout (default $BUDGETBENCH_DATA_DIR/taubench/<domain>)"),
+        "user": Param(help="llm (the served model plays the customer) or scripted"),
+        "max_steps": Param(
+            help="steps per episode, counted as upstream's orchestrator does (upstream's DEFAULT_MAX_STEPS)"
+        ),
+        "max_errors": Param(help="failed tool calls and invalid actions before the episode ends (upstream's default)"),
+        "max_turns": Param(help="agent calls per episode, a harness bound (default: max_steps)"),
+        "guidelines": Param(
+            help="the user simulator's guidelines file (default: upstream's, beside the domain folder)"
+        ),
+    }
 
     def __init__(
         self,
