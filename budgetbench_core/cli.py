@@ -448,7 +448,9 @@ def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: 
     except RunConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if Path(config.out).exists() and not Path(config.out).is_dir():
-        raise click.UsageError(f"--out {config.out}: a file, not a folder; give a new folder or a run directory to resume")
+        raise click.UsageError(
+            f"--out {config.out}: a file, not a folder; give a new folder or a run directory to resume"
+        )
     registry = get_registry()
     check_run(registry, config.task, config.task_options, config.strategies, config.strategy_params, config.grader)
     max_output = config.max_output_tokens or registry.get("task", config.task).obj.max_output_tokens
@@ -670,6 +672,10 @@ def describe(name, as_json):
     Parameters are passed with ``--strategy-param NAME.KEY=VALUE`` or ``--task-option KEY=VALUE``.
     """
     rows = [r for r in plugin_rows() if r["name"] == name and r["kind"] != "error"]
+    if not rows and ":" in name:  # a tokenizer spec (tiktoken:cl100k_base): its prefix describes it
+        prefix = name.partition(":")[0]
+        rows = [r for r in plugin_rows() if r["name"] == prefix and r["kind"] == "tokenizer"]
+        name = prefix if rows else name
     if not rows:
         names = sorted({r["name"] for r in plugin_rows() if r["kind"] != "error"})
         raise UnknownNameError(
@@ -686,7 +692,8 @@ def describe(name, as_json):
             highlight=False,
         )
         entry = get_registry().get(row["kind"], name)
-        doc = inspect.getdoc(entry.obj) if isinstance(entry.obj, type) else None
+        own = entry.obj.__dict__.get("__doc__") if isinstance(entry.obj, type) else None
+        doc = inspect.cleandoc(own) if own else None  # never a base class's docstring
         paragraphs = [" ".join(p.split()) for p in (doc or row["description"]).split("\n\n")]
         out.print(escape("\n\n".join(paragraphs).replace("``", "")), highlight=False)
         if row["kind"] not in PARAMETER_KINDS:

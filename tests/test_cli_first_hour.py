@@ -444,7 +444,6 @@ def test_describe_shows_the_plugins_own_text_for_tasks_graders_and_tokenizers():
     assert "tiktoken:ENCODING" in spec.output and "approximate" in spec.output
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: cli.py's describe does not yet take a tokenizer spec (PREFIX:ARG)")
 def test_describe_takes_a_tokenizer_spec():
     result = invoke_cli("describe", "tiktoken:cl100k_base", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output

@@ -27,10 +27,6 @@ SETTINGS = dict(
 
 # The plots are written by report/writer.py (which this change may not edit): write_report must
 # call write_plots only when "png" or "html" (which embeds them) is among the formats.
-WRITER_PENDING = pytest.mark.xfail(
-    strict=True,
-    reason="issue 30: report/writer.py still writes the plots for every format (write_plots guard)",
-)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +48,6 @@ def _remove_outputs(report_dir):
             path.unlink()
 
 
-@WRITER_PENDING
 def test_format_md_writes_only_the_markdown(report_dir):
     assert set(_plots(report_dir)) <= set(PLOTS.values()) and _plots(report_dir)  # the full report drew them
     _remove_outputs(report_dir)

@@ -691,14 +691,16 @@ def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[
     out = data.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    plots = write_plots(
-        context["summary"],
-        out,
-        data.approximate,
-        context["categories"],
-        "evidence_all" if context["prompts_only"] else "quality_all",
-    )
-    paths.update({f"plot_{name}": path for name, path in plots.items()})
+    plots: dict[str, Path] = {}
+    if "png" in formats or "html" in formats:  # the HTML embeds the plots
+        plots = write_plots(
+            context["summary"],
+            out,
+            data.approximate,
+            context["categories"],
+            "evidence_all" if context["prompts_only"] else "quality_all",
+        )
+        paths.update({f"plot_{name}": path for name, path in plots.items()})
     if "csv" in formats:
         paths["summary_csv"] = _write_csv(out / "summary.csv", context["summary"], ["task", "strategy", "budget"])
         paths["paired_csv"] = _write_csv(
