@@ -40,20 +40,21 @@ def test_the_embedded_server_reuses_no_prompt_unless_asked(reuse):
         assert backend.describe()["cache_prompt_sent"] is False
 
 
-def _run(out, strategies, **extra):
-    run(
-        RunConfig(
-            task="synthetic-memory",
-            strategies=strategies,
-            budgets=[256],
-            out=out,
-            limit=3,
-            max_concurrency=1,
-            max_output_tokens=12,
-            task_options={"items": 3, "history_tokens": 400},
-            **extra,
-        )
+def _config(out, strategies) -> RunConfig:
+    return RunConfig(
+        task="synthetic-memory",
+        strategies=strategies,
+        budgets=[256],
+        out=out,
+        limit=3,
+        max_concurrency=1,
+        max_output_tokens=12,
+        task_options={"items": 3, "history_tokens": 400},
     )
+
+
+def _run(out, strategies):
+    run(_config(out, strategies))
     return {key: row for key, row in final_rows(out).items()}
 
 
@@ -81,16 +82,7 @@ def test_an_item_without_any_row_is_reported_missing(tmp_path):
         if len(done) == 2:
             raise KeyboardInterrupt  # Ctrl-C after the second item's cell
 
-    config = RunConfig(
-        task="synthetic-memory",
-        strategies=["truncation"],
-        budgets=[256],
-        out=tmp_path,
-        limit=3,
-        max_concurrency=1,
-        max_output_tokens=12,
-        task_options={"items": 3, "history_tokens": 400},
-    )
+    config = _config(tmp_path, ["truncation"])
     with pytest.raises(KeyboardInterrupt):
         run(config, progress=stop_after_two)
     rows = final_rows(tmp_path)

@@ -66,6 +66,22 @@ def test_api_key_from_environment_never_lands_in_run_or_report(tmp_path, monkeyp
         assert _files_containing(out, needle) == []
 
 
+def refused_run(tmp_path, arguments: list[str]) -> subprocess.CompletedProcess:
+    """``budgetbench run`` with ``arguments``, expected to stop before anything runs."""
+    command = [str(BUDGETBENCH), "run", "-t", "synthetic-memory", "-s", "truncation", "-o", str(tmp_path / "run")]
+    done = subprocess.run(
+        [*command, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    assert not (tmp_path / "run").exists()
+    return done
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -76,24 +92,8 @@ def test_api_key_from_environment_never_lands_in_run_or_report(tmp_path, monkeyp
     ],
 )
 def test_keys_on_the_command_line_are_refused(tmp_path, arguments):
-    command = [
-        str(BUDGETBENCH),
-        "run",
-        "-t",
-        "synthetic-memory",
-        "-s",
-        "truncation",
-        "-o",
-        str(tmp_path / "run"),
-        *arguments,
-    ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    )
-    assert done.returncode == 2
+    done = refused_run(tmp_path, arguments)
     assert "OPENAI_API_KEY" in done.stderr and "environment variable" in done.stderr
-    assert SECRET not in done.stdout + done.stderr
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -105,27 +105,8 @@ def test_keys_on_the_command_line_are_refused(tmp_path, arguments):
 )
 def test_credentials_in_a_url_option_are_refused_with_the_environment_way(tmp_path, arguments):
     """Old code: the URL, password included, went into manifest.json and identity.json."""
-    done = subprocess.run(
-        [
-            str(BUDGETBENCH),
-            "run",
-            "-t",
-            "synthetic-memory",
-            "-s",
-            "truncation",
-            "-o",
-            str(tmp_path / "run"),
-            *arguments,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-    )
-    assert done.returncode == 2, done.stderr
+    done = refused_run(tmp_path, arguments)
     assert "carries credentials" in done.stderr and "_API_KEY" in done.stderr
-    assert SECRET not in done.stdout + done.stderr
-    assert not (tmp_path / "run").exists()
 
 
 def test_a_key_is_redacted_in_every_encoding_a_server_may_echo(monkeypatch):
