@@ -141,15 +141,15 @@ class Host:
 
     def apply(self, frame: dict[str, Any]) -> dict[str, Any]:
         from ..memory_systems import MemorySystemStrategy
-        from ..sandbox import canonical_prompt, json_safe_or_empty
+        from ..sandbox import PrivateView, PromptError, canonical_prompt, json_safe_or_empty
         from ..strategies import StrategyContext
 
         new_item = frame.get("view") is not None
-        if new_item:
-            self.view = wire.view_from_wire(frame["view"])
-        view = self.view
-        if view is None:
+        if new_item:  # checked after every apply, as the harness checks an in-process strategy
+            self.view = PrivateView(wire.view_from_wire(frame["view"]))
+        if self.view is None:
             raise ValueError("apply without a view")
+        view = self.view.item
         harness = self.harness
 
         def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
@@ -176,6 +176,8 @@ class Host:
             strategy.on_phase = lambda phase: wire.send(self.conn, {"phase": phase})
         returned = strategy.apply(view.history, context.budget, context)
         prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
+        if not self.view.intact():  # the contract holds in a worker too, though no harness object is reachable
+            raise PromptError("the strategy mutated the history it was given")
         return {
             "prompt": [m.to_dict() for m in prompt],
             "audit": json_safe_or_empty(context.audit),
