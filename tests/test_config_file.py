@@ -38,6 +38,9 @@ no-report = true
 display = "plain"
 no-preflight = true
 shard = "2/3"
+isolation = "none"
+controls = true
+price = "0.15/0.6"
 
 [task_options]
 items = 3
@@ -76,6 +79,7 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert params["task_options"] == ("items=3", "history_tokens=600")
     assert params["strategy_params"] == ("summary_buffer.max_calls=1", "summary_buffer.summary_share=0.3")
     assert params["shard"] == "2/3"
+    assert (params["isolation"], params["controls"], params["price"]) == ("none", True, "0.15/0.6")
     covered = {
         p.name for p in run_command.params if isinstance(p, click.Option) and p.expose_value and not p.hidden
     } - {"config_path", "help"}
