@@ -98,12 +98,14 @@ def build_prompt(
             retriever.saved_retrieval = load_retrieval(run.run_dir, name, item.id)
         if isinstance(strategy, RemoteStrategy):
             strategy.cell = cell  # its own SDK's calls through the gateway are charged to this cell
-        if isinstance(strategy, HarnessControl):  # needs the full item: built here, never by a plugin
-            returned = control_prompt(name, item, budget, run.counter)
-        else:
-            returned = strategy.apply(view.item.history, budget, context)
-        if retriever is not None and retriever.new_retrieval is not None:
-            save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)
+        try:
+            if isinstance(strategy, HarnessControl):  # needs the full item: built here, never by a plugin
+                returned = control_prompt(name, item, budget, run.counter)
+            else:
+                returned = strategy.apply(view.item.history, budget, context)
+        finally:  # saved even when the cell then fails (an ingest loss): every tier reuses it
+            if retriever is not None and retriever.new_retrieval is not None:
+                save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)
         dropped: list[str] = []
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)

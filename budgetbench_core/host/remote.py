@@ -174,6 +174,8 @@ class RemoteStrategy(MemoryStrategy):
                 if "done" in reply:
                     return reply["done"]
                 if "failed" in reply:
+                    retrieval = reply["failed"].get("retrieval")
+                    self.new_retrieval = retrieval if isinstance(retrieval, dict) else None
                     raise self._failure(reply["failed"], aux_refusal)
                 if "phase" in reply:
                     self.current_phase = reply["phase"] if isinstance(reply["phase"], str) else None

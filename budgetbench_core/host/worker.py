@@ -226,6 +226,8 @@ def _failure(exc: BaseException, phase: str | None) -> dict[str, Any]:
 
 
 def serve(conn: Connection) -> None:
+    from ..memory_systems import MemorySystemStrategy
+
     host = Host(conn)
     operations = {"create": host.create, "describe": host.describe, "reset": host.reset, "apply": host.apply}
     while True:
@@ -247,7 +249,10 @@ def serve(conn: Connection) -> None:
             return
         except BaseException as exc:  # noqa: BLE001 - any failure of plugin code is the cell's error row
             phase = getattr(host.strategy, "current_phase", None) if host.strategy is not None else None
-            wire.send(conn, {"failed": _failure(exc, phase or frame.get("op"))})
+            failed = _failure(exc, phase or frame.get("op"))
+            if isinstance(host.strategy, MemorySystemStrategy):  # saved even when the cell then fails
+                failed["retrieval"] = host.strategy.new_retrieval
+            wire.send(conn, {"failed": failed})
 
 
 def main() -> None:
