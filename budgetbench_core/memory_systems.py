@@ -87,6 +87,11 @@ class MemorySystem(ABC):
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "regime": self.regime.value, "params": self.params, "kind": "memory-system"}
 
+    def read_paths(self) -> list[str]:
+        """Folders outside the Python environment this system reads (a model folder): as
+        ``MemoryStrategy.read_paths``."""
+        return []
+
 
 @dataclass
 class BudgetFill:

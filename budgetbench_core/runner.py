@@ -552,6 +552,8 @@ class Run:
                 for kind, name in sorted(used)
             },
             "price": self.price.to_dict() if self.price is not None else None,
+            # what each confined strategy declared it reads beyond the Python environment (read_paths)
+            "read_paths": dict(self.host.declared_reads) if self.host is not None else {},
             "task": json_safe_or_empty(self.task.manifest_notes()),
             "data_files": identity["data_files"],
             "grader": {
@@ -756,6 +758,8 @@ class Run:
             self.tokenizer_info = tokenizer.info.to_dict()
             if self.config.isolation == "process":
                 self.host = PluginHost(self.tokenizer_info, self.scratch_dir)
+                # no strategy may declare it reads these: the run directory and every file of the task's data
+                self.host.guarded = [self.run_dir, *map(Path, data_files)]
             identity = self.identity(tokenizer, data_files)
             self.run_key = run_key(identity)
             repair_torn_tails(self.run_dir)

@@ -257,6 +257,7 @@ class RemoteWorker(UnitWorker):
         run.grading_context = GradingContext(judge=run._judge, judge_model=config.judge_model or config.model)
         if config.isolation == "process":  # the same plugin host as the driver's, in this process
             run.host = PluginHost(run.tokenizer_info, run.scratch_dir)
+            run.host.guarded = [run.run_dir]
             if not config.prompts_only:
                 run.metering = Metering(run.caller, run.counter, config.seed)
                 run.metering.start()

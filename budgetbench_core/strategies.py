@@ -81,6 +81,13 @@ class MemoryStrategy(ABC):
         """Recorded in the manifest."""
         return {"name": self.name, "regime": self.regime.value, "params": self.params}
 
+    def read_paths(self) -> list[str]:
+        """Folders or files outside the Python environment this strategy reads while it runs (a
+        model folder given as a parameter). Its confined worker may read them, and nothing else
+        outside its scratch folder; the harness refuses a path that holds the run directory or
+        the task's data, and records the rest in the manifest."""
+        return []
+
 
 _MRO = type.__dict__["__mro__"].__get__
 _CLASS_DICT = type.__dict__["__dict__"].__get__

@@ -180,9 +180,29 @@ class OwnSdk(Truncation):
         return super().apply(history, budget, context)
 
 
+class Declares(Truncation):
+    """Declares the folders it reads (``read_paths``): a model folder may be read, the rest is not."""
+
+    name = "declares-reads"
+
+    def __init__(self, folder: str = "", other: str = "") -> None:
+        super().__init__(folder=folder, other=other)
+        self.folder, self.other = folder, other
+
+    def read_paths(self):
+        return [self.folder]
+
+    def apply(self, history, budget, context):
+        context.audit["tries"] = {
+            "declared": attempt(lambda: (Path(self.folder) / "weights.bin").read_bytes()),
+            "undeclared": attempt(lambda: Path(self.other).read_bytes()),
+        }
+        return super().apply(history, budget, context)
+
+
 PLUGIN = types.SimpleNamespace(
     register_strategies=hookimpl(
-        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger, OwnSdk)]
+        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger, OwnSdk, Declares)]
     )
 )
 
@@ -327,3 +347,21 @@ def test_a_plugins_own_sdk_calls_are_metered_per_cell_and_cut_off_after_apply(tm
     answered = sum(1 for r in rows.values() if r["event"] == "result" and not r["cached"])
     assert summary.model_calls == answered + len(metered)
     assert verify_run(out).ok
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="needs Landlock")
+def test_a_declared_model_folder_is_readable_and_a_declared_evidence_path_is_refused(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "weights.bin").write_bytes(b"w" * 64)
+    other = tmp_path / "elsewhere.txt"
+    other.write_text("not declared")
+    out, _, rows, audits, _ = hostile_run(tmp_path, "declares-reads", {"folder": str(models), "other": str(other)})
+    tries = [a["tries"] for (name, _), a in audits.items() if name == "declares-reads"]
+    assert tries and all(t == {"declared": "reached", "undeclared": "PermissionError"} for t in tries)
+    from budgetbench_core.runlog import read_manifest
+
+    assert read_manifest(out)["read_paths"] == {"declares-reads": [str(models.resolve())]}
+    # declaring the run directory itself (where the rows and the cache are) is refused before any cell
+    with pytest.raises(Exception, match="declares it reads .*refused"):
+        hostile_run(tmp_path / "again", "declares-reads", {"folder": str(tmp_path / "again"), "other": str(other)})

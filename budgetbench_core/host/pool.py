@@ -49,6 +49,12 @@ def strategy_source(cls: Any, distribution: str, version: str) -> dict[str, Any]
     }
 
 
+def _overlap(path: Path, guarded: Path) -> bool:
+    """Whether reading ``path`` would reach ``guarded`` (or ``path`` lies inside it)."""
+    path, guarded = Path(os.path.realpath(path)), Path(os.path.realpath(guarded))
+    return path == guarded or guarded.is_relative_to(path) or path.is_relative_to(guarded)
+
+
 def sandbox_name() -> str:
     """What confines this machine's workers: ``landlock-abi-N``, or ``none`` without Landlock."""
     version = abi_version()
@@ -70,6 +76,8 @@ class PluginHost:
         self.metering = metering  # the gateway a worker's own SDK calls go to (None: no model in this run)
         self.ports: list[int] = [metering.port] if metering is not None else []
         self.scratch_root = scratch_root  # the run's; each worker gets a folder of its own in it
+        self.guarded: list[Path] = []  # no declared read path may hold these (the run directory, the task's data)
+        self.declared_reads: dict[str, list[str]] = {}  # strategy -> the paths it declared (manifest)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[WorkerProcess] = []
@@ -131,8 +139,30 @@ class PluginHost:
             "max_ingest_loss": max_ingest_loss,
             "scratch": str(scratch),
             "tokenizer": self.tokenizer_info,
-            "confine": {"write": [str(scratch)], "ports": self.ports} if self.confine else None,
         }
+        created = self._ask(worker, name, scratch, frame)
+        reads = created.get("read_paths") or []
+        refused = [p for p in reads if any(_overlap(Path(p), guarded) for guarded in self.guarded)]
+        if refused:
+            worker.kill()
+            raise PluginHostError(
+                f"strategy {name!r} declares it reads {refused[0]}, which holds (or is inside) the run directory or "
+                f"the task's data: refused (read_paths() may name model folders, never the evidence)"
+            )
+        if reads:
+            self.declared_reads[name] = sorted(set(self.declared_reads.get(name, [])) | set(reads))
+        if self.confine:
+            policy = {"read": reads, "write": [str(scratch)], "ports": self.ports}
+            confined = self._ask(worker, name, scratch, {"op": "confine", "policy": policy})
+            applied: dict[str, Any] = confined["sandbox"] if isinstance(confined.get("sandbox"), dict) else {}
+            if applied.get("sandbox") != self.sandbox["sandbox"]:
+                worker.kill()  # never a silent fallback: the run's identity says the workers are confined
+                raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
+        return RemoteStrategy(name, worker, created, self.metering, token)
+
+    @staticmethod
+    def _ask(worker: WorkerProcess, name: str, scratch: Path, frame: dict[str, Any]) -> dict[str, Any]:
+        """One setup exchange; a worker that fails or dies is killed and named."""
         try:
             reply = worker.exchange(frame)
         except WorkerGone as exc:
@@ -141,14 +171,9 @@ class PluginHost:
             raise PluginHostError(f"strategy {name!r}: {exc}; its output: {log or '(none)'}") from None
         if "failed" in reply:
             worker.kill()
-            failed = reply["failed"]
-            raise PluginHostError(str(failed.get("message")))
-        created = reply.get("done") or {}
-        applied: dict[str, Any] = created["sandbox"] if isinstance(created.get("sandbox"), dict) else {}
-        if self.confine and applied.get("sandbox") != self.sandbox["sandbox"]:
-            worker.kill()  # never a silent fallback: the run's identity says the workers are confined
-            raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
-        return RemoteStrategy(name, worker, created, self.metering, token)
+            raise PluginHostError(str(reply["failed"].get("message")))
+        done = reply.get("done")
+        return done if isinstance(done, dict) else {}
 
     def close(self) -> None:
         with self._lock:

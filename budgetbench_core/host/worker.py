@@ -125,11 +125,21 @@ class Host:
         self.counter = PromptCounter(HarnessTokenizer(self.harness, frame["tokenizer"]))
         from ..strategies import resets_nothing
 
+        target = self.strategy.system if isinstance(self.strategy, MemorySystemStrategy) else self.strategy
+        declared = target.read_paths()
+        if not isinstance(declared, (list, tuple)) or not all(isinstance(p, str) for p in declared):
+            raise TypeError(f"read_paths() must return list[str], got {declared!r:.200}")
         return {
             "distribution": plugin["distribution"],
             "version": plugin["version"],
             "resets_nothing": resets_nothing(self.strategy),
+            "read_paths": [os.path.realpath(p) for p in declared],
         }
+
+    def confine(self, frame: dict[str, Any]) -> dict[str, Any]:
+        from .landlock import confine
+
+        return {"sandbox": confine(frame["policy"])}
 
     def describe(self, frame: dict[str, Any]) -> Any:
         from ..sandbox import json_safe_or_empty
@@ -229,7 +239,13 @@ def serve(conn: Connection) -> None:
     from ..memory_systems import MemorySystemStrategy
 
     host = Host(conn)
-    operations = {"create": host.create, "describe": host.describe, "reset": host.reset, "apply": host.apply}
+    operations = {
+        "create": host.create,
+        "confine": host.confine,
+        "describe": host.describe,
+        "reset": host.reset,
+        "apply": host.apply,
+    }
     while True:
         try:
             frame = wire.receive(conn)
@@ -239,12 +255,7 @@ def serve(conn: Connection) -> None:
         try:
             if operation is None:
                 raise ValueError(f"unknown operation {frame.get('op')!r}")
-            result = operation(frame)
-            if frame.get("op") == "create" and frame.get("confine"):
-                from .landlock import confine
-
-                result["sandbox"] = confine(frame["confine"])
-            wire.send(conn, {"done": result})
+            wire.send(conn, {"done": operation(frame)})
         except (EOFError, BrokenPipeError):
             return
         except BaseException as exc:  # noqa: BLE001 - any failure of plugin code is the cell's error row

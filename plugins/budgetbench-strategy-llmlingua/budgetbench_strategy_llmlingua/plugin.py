@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -96,6 +97,10 @@ class LLMLingua2(MemoryStrategy):
         self._compressor: Any = None
         self._classifier: _CachedClassifier | None = None
         self._item_id: str | None = None
+
+    def read_paths(self) -> list[str]:
+        """A local model folder given as ``model`` is read in the confined worker."""
+        return [self.model_name] if os.path.isdir(self.model_name) else []
 
     def _load(self) -> Any:
         if self._compressor is None:
