@@ -662,6 +662,14 @@ def registered(kind: str, name: str) -> Any:
     return get_registry().get(kind, name)
 
 
+def network_confined() -> bool:
+    """Whether a plugin's worker on this machine may connect only to the run's gateway (Landlock
+    ABI 4, Linux 6.7+): a test that expects a direct connection to be refused needs it."""
+    from .host.landlock import abi_version
+
+    return abi_version() >= 4
+
+
 def registry_with(*plugins: Any, distribution: str = "test-plugin", version: str = "0.0.1") -> Any:
     """The installed plugins plus ``plugins`` (modules or objects with ``@hookimpl``
     functions) as if ``distribution`` had installed them: pass it to

@@ -14,7 +14,7 @@ import pytest
 from budgetbench_strategy_mem0 import Mem0
 
 from budgetbench_core import Item, Message, PromptCounter, RunConfig, StrategyContext, fill_budget, run
-from budgetbench_core.testing import FaultServer, invoke_cli, shared_data, strategy_context
+from budgetbench_core.testing import FaultServer, invoke_cli, network_confined, shared_data, strategy_context
 
 
 @pytest.fixture(autouse=True)
@@ -156,7 +156,18 @@ def test_defect_07_failed_adds_are_retried_then_reported_with_their_cause(faulty
 
 
 @pytest.mark.slow
-def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path):
+@pytest.mark.parametrize(
+    "isolation, cause",
+    [
+        ("none", "injected 400"),  # in the harness's process: mem0 reaches the faulty endpoint itself
+        pytest.param(  # in its confined worker: an undeclared endpoint is refused
+            "process",
+            "Connection error",
+            marks=pytest.mark.skipif(not network_confined(), reason="needs Landlock ABI 4 (Linux 6.7+)"),
+        ),
+    ],
+)
+def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path, isolation, cause):
     _, llm = faulty_llm
     summary = run(
         RunConfig(
@@ -168,12 +179,13 @@ def test_runner_turns_mem0_ingest_loss_into_an_ingest_error(faulty_llm, tmp_path
             max_concurrency=1,
             task_options={"items": 1, "history_tokens": 600},
             strategy_params={"mem0": {"infer": True, "llm": llm, "retries": 0}},
+            isolation=isolation,
         )
     )
     assert (summary.results, summary.violations, summary.errors) == (0, 0, 1)
     rows = [json.loads(line) for line in next((tmp_path / "run" / "cells").rglob("r0.jsonl")).read_text().splitlines()]
     error = next(r for r in rows if r["event"] == "error")
-    assert error["phase"] == "ingest" and "injected 400" in error["cause"]
+    assert error["phase"] == "ingest" and cause in error["cause"]
     saved = json.loads(next((tmp_path / "run" / "retrievals" / "mem0").glob("*.json")).read_text())
     assert saved["ingest"]["failures"] and saved["ranked"] == []
 
