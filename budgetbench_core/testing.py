@@ -576,6 +576,7 @@ __all__ = [
     "exact_counter",
     "invoke_cli",
     "messages_hash",
+    "network_confined",
     "no_model_calls",
     "open_kit",
     "registered",
