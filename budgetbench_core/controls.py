@@ -3,7 +3,7 @@
 A control is run by the harness, not by a plugin, because it needs what strategies never
 see (the evidence marks of the full item). Its rows are those of a strategy named after
 it (``control:no_memory``, ``control:evidence_only``), so every table shows them, marked
-as controls and never ranked (``report.curve.is_control``).
+as controls and never ranked (``is_control``).
 
 - ``control:no_memory``: the item's frame with no history at all, the system prompt and
   the query. An item it answers correctly at a tier says nothing about memory there: the

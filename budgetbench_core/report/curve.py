@@ -33,20 +33,18 @@ from typing import Any
 
 import numpy as np
 
-from ..controls import EVIDENCE_ONLY, NO_MEMORY
+from ..controls import (
+    EVIDENCE_ONLY,
+    NO_MEMORY,
+    is_control,  # the engine's own test: a harness control is never ranked
+)
 from . import stats
 from .power import detectable_effect
 
 DEFAULT_SHARE = 0.85
 MIN_ITEMS = stats.MIN_PAIRED_ITEMS
-CONTROL_PREFIX = "control:"
 
 Values = Callable[[tuple[str, str, int]], dict[str, float]]
-
-
-def is_control(strategy: str) -> bool:
-    """A harness control (no memory, evidence only): a reference line, never ranked."""
-    return strategy.startswith(CONTROL_PREFIX)
 
 
 # --- vectorised (also what the coverage simulation runs) ---------------------------------
