@@ -82,16 +82,11 @@ class PluginHost:
         self._lock = threading.Lock()
         self._workers: list[WorkerProcess] = []
         self._count = 0
-        self.sandbox: dict[str, Any] = {"sandbox": sandbox_name() if self.confine else "none"}
 
     def meter_with(self, metering: Metering) -> None:
         """Workers spawned from now on send their own SDK's calls to ``metering``'s gateway."""
         self.metering = metering
         self.ports = [metering.port]
-
-    def describe(self) -> dict[str, Any]:
-        """For the run's identity and the report header."""
-        return {"isolation": "process", **self.sandbox}
 
     def _environment(self, scratch: Path, token: str | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
@@ -155,7 +150,7 @@ class PluginHost:
             policy = {"read": reads, "write": [str(scratch)], "ports": self.ports}
             confined = self._ask(worker, name, scratch, {"op": "confine", "policy": policy})
             applied: dict[str, Any] = confined["sandbox"] if isinstance(confined.get("sandbox"), dict) else {}
-            if applied.get("sandbox") != self.sandbox["sandbox"]:
+            if applied.get("sandbox") != sandbox_name():
                 worker.kill()  # never a silent fallback: the run's identity says the workers are confined
                 raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
         return RemoteStrategy(name, worker, created, self.metering, token)
