@@ -1,11 +1,11 @@
-"""Print the plugin index as one JSON line: run in a child process by ``plugins.Registry.index``,
+"""Print the plugin index as one JSON line: run in a child process by ``plugin_index``,
 so the plugins' import-time code never runs in the harness that asks."""
 
 from __future__ import annotations
 
 import json
 
-from ..plugins import Registry
+from ..plugins import HOOKS, Registry
 
 
 def index() -> dict:
@@ -17,7 +17,15 @@ def index() -> dict:
     resolvers = sorted(
         p.name for p in registry.plugins if {"resolve_backend", "resolve_tokenizer"}.intersection(p.hooks)
     )
-    return {"names": names, "resolvers": resolvers}
+    wrappers = sorted(
+        {
+            impl.plugin_name
+            for hook in HOOKS
+            for impl in getattr(registry.manager.hook, hook).get_hookimpls()
+            if impl.hookwrapper or impl.wrapper
+        }
+    )
+    return {"names": names, "resolvers": resolvers, "wrappers": wrappers}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""The plugin index: which entry point registers each name, so a lookup imports only that one.
+
+It is computed by importing the plugins in a child process (``host.index``), so no plugin's
+import-time code runs in the harness that asks, and cached on disk keyed by the installed
+entry points, their distributions' versions and their files (editable installs change in place).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .plugin_loading import PluginError, PluginInfo
+
+FORMAT = 2  # bumped when the index gains a field: older cache files are then not read
+
+
+def plugin_index(entry_points: list[metadata.EntryPoint]) -> dict[str, Any]:
+    """``{"names": {kind: {name: entry point}}, "resolvers": [...], "wrappers": [...]}``."""
+    ordered = sorted(entry_points, key=lambda ep: ep.name)
+    key = json.dumps([FORMAT, *(_fingerprint(ep) for ep in ordered)])
+    cache = _cache_dir() / f"plugin-index-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(cache.read_text(encoding="utf-8"))
+    index = _build_index([ep.name for ep in ordered])
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(index), encoding="utf-8")
+        tmp.replace(cache)
+    return index
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "budgetbench"
+
+
+def _fingerprint(entry_point: metadata.EntryPoint) -> list[Any]:
+    """What the index of ``entry_point`` depends on: its target and its distribution's
+    version, and the modification time of its module's files."""
+    info = PluginInfo.of(entry_point)
+    times: list[float] = []
+    with contextlib.suppress(Exception):
+        top = entry_point.value.partition(":")[0].partition(".")[0]
+        spec = importlib.util.find_spec(top)  # a top-level name: imports nothing
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            times.extend(sorted(p.stat().st_mtime for p in Path(folder).rglob("*.py")))
+        if spec and spec.origin and not spec.submodule_search_locations:
+            times.append(Path(spec.origin).stat().st_mtime)
+    return [entry_point.name, entry_point.value, info.distribution, info.version, max(times, default=0.0), len(times)]
+
+
+def _build_index(names: list[str]) -> dict[str, Any]:
+    """The index, computed by ``python -m budgetbench_core.host.index`` over ``names``."""
+    env = {**os.environ, "BUDGETBENCH_LOAD_PLUGINS": ",".join(names)}
+    done = subprocess.run(
+        [sys.executable, "-m", "budgetbench_core.host.index"], capture_output=True, text=True, env=env, timeout=600
+    )
+    if done.returncode != 0:
+        raise PluginError(f"could not index the installed plugins: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
