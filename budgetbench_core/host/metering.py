@@ -101,11 +101,25 @@ def _label(cell: CellLog) -> str:
     return f"{key.task}/{key.strategy}/{key.budget}/r{key.repeat}/{key.item_id}"
 
 
+def _totals(cell: CellLog, phase: str) -> dict[str, Any]:
+    """The cell's running totals of ``phase`` (ledger phases: write, read, aux), on its terminal row."""
+    return cell.metered.setdefault(
+        phase, {"calls": 0, "input_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "cpu_s": 0.0}
+    )
+
+
+def charge_cpu(cell: CellLog, spent: dict[str, Any]) -> None:
+    """Add the CPU seconds a worker measured of itself during the cell's ``apply`` (by the worker's
+    phase: ingest, retrieve, the rest) to the cell's totals of write, read and aux."""
+    for phase, seconds in spent.items():
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+            totals = _totals(cell, PHASE_OF.get(str(phase), "aux"))
+            totals["cpu_s"] = round(totals["cpu_s"] + float(seconds), 6)
+
+
 def _add(cell: CellLog, record: CallRecord) -> None:
     """The cell's per-phase totals for its terminal row (a missing count stays missing)."""
-    phase = cell.metered.setdefault(
-        str(record.phase), {"calls": 0, "input_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
-    )
+    phase = _totals(cell, str(record.phase))
     phase["calls"] += 1
     for name, value in (("input_tokens", record.input_tokens), ("completion_tokens", record.completion_tokens)):
         if phase[name] is not None:

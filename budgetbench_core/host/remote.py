@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -29,7 +28,7 @@ from ..messages import Message
 from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
-from .metering import Metering
+from .metering import Metering, charge_cpu
 
 
 class WorkerGone(RuntimeError):
@@ -56,7 +55,6 @@ class WorkerProcess:
         theirs.close()
         self.conn = Connection(os.dup(ours.fileno()))
         ours.close()
-        self.cpu_s = 0.0
 
     def exchange(self, frame: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -167,10 +165,11 @@ class RemoteStrategy(MemoryStrategy):
     def _call(self, frame: dict[str, Any], context: StrategyContext | None = None) -> Any:
         """Send ``frame``, answer the worker's requests, return its result or raise its failure."""
         with self._lock:
-            started = time.process_time()
             aux_refusal: AuxiliaryBudgetError | None = None
             reply = self.worker.exchange(frame)
             while True:
+                if isinstance(reply.get("cpu_s"), dict) and self.cell is not None:
+                    charge_cpu(self.cell, reply["cpu_s"])
                 if "done" in reply:
                     return reply["done"]
                 if "failed" in reply:
@@ -194,7 +193,6 @@ class RemoteStrategy(MemoryStrategy):
                 except Exception as exc:  # noqa: BLE001 - refused: the plugin sees why, the cell goes on
                     answer = {"error": {"kind": "refused", "message": describe_exception(exc)}}
                 reply = self.worker.exchange(answer)
-            self.worker.cpu_s += time.process_time() - started
 
     @staticmethod
     def _answer(request: dict[str, Any], context: StrategyContext) -> Any:

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -92,6 +93,33 @@ class HarnessTokenizer(Tokenizer):
         return int(self.harness.ask({"req": "count_in_message", "role": role, "content": content}))
 
 
+class CpuClock:
+    """This worker's own CPU seconds (every thread of it), split by the phase it was in, for
+    the cost ledger: measured here, since the harness's clock cannot see another process."""
+
+    def __init__(self) -> None:
+        self.phase = "apply"
+        self.mark = time.process_time()
+        self.spent: dict[str, float] = {}
+
+    def switch(self, phase: str | None) -> None:
+        """Charge the CPU since the last switch to the phase that ends; ``None``: the rest of ``apply``."""
+        now = time.process_time()
+        self.spent[self.phase] = self.spent.get(self.phase, 0.0) + now - self.mark
+        self.phase, self.mark = phase or "apply", now
+
+    def take(self) -> dict[str, float]:
+        """What was spent since the last ``take`` (or ``restart``), by phase."""
+        self.switch(None)
+        spent, self.spent = self.spent, {}
+        return {phase: round(seconds, 6) for phase, seconds in spent.items()}
+
+    def restart(self) -> None:
+        """Forget what was spent so far (the worker's start: no cell's cost)."""
+        self.switch(None)
+        self.spent = {}
+
+
 class Host:
     """The strategy instance this worker serves, created by the first frame."""
 
@@ -102,6 +130,7 @@ class Host:
         self.counter: PromptCounter | None = None
         self.scratch = Path(".")
         self.view: Any = None  # the item being served: sent once, reused by every budget tier
+        self.clock = CpuClock()  # reset, describe and idle time go to the next apply's cell
 
     def create(self, frame: dict[str, Any]) -> dict[str, Any]:
         from ..memory_systems import MemorySystem, MemorySystemStrategy
@@ -183,7 +212,12 @@ class Host:
         strategy = self.strategy
         if isinstance(strategy, MemorySystemStrategy):
             strategy.saved_retrieval = frame.get("saved_retrieval")
-            strategy.on_phase = lambda phase: wire.send(self.conn, {"phase": phase})
+
+            def on_phase(phase: str | None) -> None:
+                self.clock.switch(phase)
+                wire.send(self.conn, {"phase": phase})
+
+            strategy.on_phase = on_phase
         returned = strategy.apply(view.history, context.budget, context)
         prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
         if not self.view.intact():  # the contract holds in a worker too, though no harness object is reachable
@@ -251,11 +285,15 @@ def serve(conn: Connection) -> None:
             frame = wire.receive(conn)
         except EOFError:
             return
-        operation = operations.get(frame.get("op", ""))
+        op = frame.get("op", "")
+        operation = operations.get(op)
         try:
             if operation is None:
-                raise ValueError(f"unknown operation {frame.get('op')!r}")
-            wire.send(conn, {"done": operation(frame)})
+                raise ValueError(f"unknown operation {op!r}")
+            done = operation(frame)
+            if op in ("create", "confine"):
+                host.clock.restart()
+            wire.send(conn, {"done": done, "cpu_s": host.clock.take()} if op == "apply" else {"done": done})
         except (EOFError, BrokenPipeError):
             return
         except BaseException as exc:  # noqa: BLE001 - any failure of plugin code is the cell's error row
@@ -263,7 +301,7 @@ def serve(conn: Connection) -> None:
             failed = _failure(exc, phase or frame.get("op"))
             if isinstance(host.strategy, MemorySystemStrategy):  # saved even when the cell then fails
                 failed["retrieval"] = host.strategy.new_retrieval
-            wire.send(conn, {"failed": failed})
+            wire.send(conn, {"failed": failed, "cpu_s": host.clock.take()} if op == "apply" else {"failed": failed})
 
 
 def main() -> None:
