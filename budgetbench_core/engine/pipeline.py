@@ -1,29 +1,30 @@
 """The steps of one cell: build the prompt, gate it, send it, grade the reply.
 
-``run_cell`` runs a single-call cell; ``episodes.run_episode`` reuses ``build_prompt`` and
-``send`` for every call of an episode. Each step writes the cell's terminal row itself when
-it ends the cell (error or violation) and returns None; ``runner`` only schedules cells.
-Every plugin call here is ``contained`` and bound by the cell's deadline.
+``run_cell`` runs a single-call cell; ``episode_loop.run_episode`` reuses ``build_prompt``
+and ``send`` for every call of an episode. Each step writes the cell's terminal row itself
+when it ends the cell (error or violation) and returns None. Every step takes the run's
+``CellServices``; every plugin call here is ``contained`` and bound by the cell's deadline.
+A prompts-only run stops after the gate: its terminal row is ``admitted``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .backends import GenerationParams
-from .cell import AuxChannel, CellLog
-from .controls import HarnessControl, control_prompt
-from .events import Admitted, Error, PromptAudit, Result, Violation, Warning
-from .evidence import evidence_outcome
-from .gate import AuxiliaryBudgetError, Gated, admit, served_over_budget
-from .host.remote import RemoteStrategy
-from .memory_systems import IngestLossError, MemorySystemStrategy
-from .messages import Item, Message
-from .model_calls import CallFailed
-from .retrievals import load_retrieval, save_retrieval
-from .sandbox import (
+from ..backends import GenerationParams
+from ..cell import AuxChannel, CellLog
+from ..controls import HarnessControl, control_prompt
+from ..events import Admitted, Error, PromptAudit, Result, Violation, Warning
+from ..evidence import evidence_outcome
+from ..gate import AuxiliaryBudgetError, Gated, admit, served_over_budget
+from ..host.remote import RemoteStrategy
+from ..memory_systems import IngestLossError, MemorySystemStrategy
+from ..messages import Item, Message
+from ..model_calls import CallFailed
+from ..retrievals import load_retrieval, save_retrieval
+from ..sandbox import (
     Deadline,
     PluginFailure,
     PluginRef,
@@ -37,10 +38,8 @@ from .sandbox import (
     json_safe_or_empty,
     validate_prompt,
 )
-from .strategies import MemoryStrategy, StrategyContext
-
-if TYPE_CHECKING:
-    from .runner import Run
+from ..strategies import MemoryStrategy, StrategyContext
+from .services import CellServices
 
 
 def _no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
@@ -54,27 +53,27 @@ def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
 
 
 def strategy_context(
-    run: Run, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
+    services: CellServices, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
 ) -> StrategyContext:
     """The context of one strategy call: its view of the item, and auxiliary calls through the
     cell's gated channel (refused in a prompts-only run)."""
     channel: Callable[[Sequence[Message], int, str], str] = (
         _no_model_calls
-        if run.config.prompts_only
-        else AuxChannel(cell, run.counter, run.caller, run.config.seed + repeat, deadline)
+        if services.settings.prompts_only
+        else AuxChannel(cell, services.counter, services.caller, services.settings.seed + repeat, deadline)
     )
     return StrategyContext(
         item=view.item,
         budget=budget,
-        counter=run.counter,
-        seed=run.config.seed + repeat,
-        scratch_dir=run.scratch_dir,
+        counter=services.counter,
+        seed=services.settings.seed + repeat,
+        scratch_dir=services.scratch_dir,
         complete=channel,
     )
 
 
 def build_prompt(
-    run: Run,
+    services: CellServices,
     cell: CellLog,
     strategy: MemoryStrategy,
     item: Item,
@@ -95,17 +94,17 @@ def build_prompt(
     def apply() -> tuple[tuple[Message, ...], list[str], Any]:
         retriever = strategy if isinstance(strategy, (MemorySystemStrategy, RemoteStrategy)) else None
         if retriever is not None:
-            retriever.saved_retrieval = load_retrieval(run.run_dir, name, item.id)
+            retriever.saved_retrieval = load_retrieval(services.run_dir, name, item.id)
         if isinstance(strategy, RemoteStrategy):
             strategy.cell = cell  # its own SDK's calls through the gateway are charged to this cell
         try:
             if isinstance(strategy, HarnessControl):  # needs the full item: built here, never by a plugin
-                returned = control_prompt(name, item, budget, run.counter)
+                returned = control_prompt(name, item, budget, services.counter)
             else:
                 returned = strategy.apply(view.item.history, budget, context)
         finally:  # saved even when the cell then fails (an ingest loss): every tier reuses it
             if retriever is not None and retriever.new_retrieval is not None:
-                save_retrieval(run.run_dir, name, item.id, retriever.new_retrieval)
+                save_retrieval(services.run_dir, name, item.id, retriever.new_retrieval)
         dropped: list[str] = []
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)
@@ -118,12 +117,12 @@ def build_prompt(
     started = time.monotonic()
     try:  # one handoff: the strategy's call, then the tokenizer's (each with its own deadline and blame)
         (prompt, dropped, audit), gated = contained_stages(
-            Stage("strategy", run.ref("strategy", name), lambda _: apply(), deadline),
+            Stage("strategy", services.strategies.ref(name), lambda _: apply(), deadline),
             Stage(
                 "counting",
-                run.tokenizer_ref,
-                lambda built: (built, admit(built[0], budget, run.counter, built[1])),
-                float(run.config.item_timeout_s),
+                services.tokenizer_ref,
+                lambda built: (built, admit(built[0], budget, services.counter, built[1])),
+                float(services.settings.item_timeout_s),
             ),
         )
     except StageFailure as stopped:
@@ -131,12 +130,15 @@ def build_prompt(
         cell.close()  # a thread left behind can no longer reach the server through `complete`
         if stopped.stage == 1:
             cell.fail(
-                "counting", run.tokenizer_ref, f"token counting failed: {failure.cause}", strategy_s=cell.strategy_s
+                "counting",
+                services.tokenizer_ref,
+                f"token counting failed: {failure.cause}",
+                strategy_s=cell.strategy_s,
             )
             return None
         spent = time.monotonic() - started
         if failure.timed_out:
-            run._discard_strategy(name)
+            services.strategies.discard(name)
         original = failure.original
         if isinstance(original, AuxiliaryBudgetError):
             cell.finish(
@@ -163,7 +165,7 @@ def build_prompt(
         )
         return None
     strategy_s = cell.strategy_s
-    cell.evidence = evidence_outcome(run.evidence.get(item.id, ()), gated.prompt)
+    cell.evidence = evidence_outcome(services.evidence.get(item.id, ()), gated.prompt)
     cell.emit(
         PromptAudit,
         call=call,
@@ -192,12 +194,14 @@ def build_prompt(
     return gated
 
 
-def send(run: Run, cell: CellLog, gated: Gated, repeat: int) -> Any:
+def send(services: CellServices, cell: CellLog, gated: Gated, repeat: int) -> Any:
     """Send an admitted prompt; returns the CallOutcome, or None after writing the terminal row."""
-    params = GenerationParams(run.max_output_tokens, run.config.temperature, run.config.seed + repeat)
+    params = GenerationParams(
+        services.settings.max_output_tokens, services.settings.temperature, services.settings.seed + repeat
+    )
     strategy_s = cell.strategy_s
     try:
-        outcome = run.caller.call(gated.prompt, params, chat_json=gated.chat_json)
+        outcome = services.caller.call(gated.prompt, params, chat_json=gated.chat_json)
     except CallFailed as exc:
         cell.finish(
             Error,
@@ -205,7 +209,7 @@ def send(run: Run, cell: CellLog, gated: Gated, repeat: int) -> Any:
             cause=str(exc),
             attempts=exc.attempts,
             prompt_tokens=gated.tokens,
-            plugin=run.backend_name,
+            plugin=services.backend_name,
             strategy_s=strategy_s,
         )
         return None
@@ -227,7 +231,7 @@ def send(run: Run, cell: CellLog, gated: Gated, repeat: int) -> Any:
     return outcome
 
 
-def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> None:
+def grade(services: CellServices, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> None:
     """Extract the prediction and grade it; writes the terminal row."""
     completion = outcome.completion
     strategy_s = cell.strategy_s
@@ -237,21 +241,21 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
         served_prompt_tokens=completion.prompt_tokens,
         strategy_s=strategy_s,
     )
-    task_ref = run.ref("task", run.config.task)
-    grader_ref = run.ref("grader", run.grader_name)
+    task_ref = services.task_ref
+    grader_ref = services.grader_ref
 
     def extracted(_: None) -> str:
-        prediction = run.task.extract_prediction(item, completion.text)
+        prediction = services.task.extract_prediction(item, completion.text)
         if not isinstance(prediction, str):
             raise PluginFailure(
                 "extract",
                 task_ref,
-                f"task {run.config.task!r} extract_prediction returned {type(prediction).__name__}, not str",
+                f"task {services.settings.task!r} extract_prediction returned {type(prediction).__name__}, not str",
             )
         return str.__str__(prediction)
 
     def checked_verdict(prediction: str) -> tuple[str, float, Any]:
-        verdict = run.grader.grade(item, prediction, run.grading_context)
+        verdict = services.grader.grade(item, prediction, services.grading)
         quality = verdict.quality
         if isinstance(quality, bool) or not isinstance(quality, (int, float)):
             raise TypeError(f"quality is {type(quality).__name__}, not a number")
@@ -262,9 +266,12 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
 
     try:  # one handoff: the task's extraction, then the grader (each with its own deadline and blame)
         prediction, quality, detail = contained_stages(
-            Stage("extract", task_ref, extracted, float(run.config.item_timeout_s)),
+            Stage("extract", task_ref, extracted, float(services.settings.item_timeout_s)),
             Stage(
-                "grading", grader_ref, checked_verdict, float(max(run.config.item_timeout_s, run.config.timeout_s * 4))
+                "grading",
+                grader_ref,
+                checked_verdict,
+                float(max(services.settings.item_timeout_s, services.settings.timeout_s * 4)),
             ),
         )
     except StageFailure as stopped:
@@ -281,7 +288,7 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
         answer=json_safe_or_empty(item.answer),
         quality=quality,
         verdict=detail if isinstance(detail, dict) else {},
-        grader={"name": run.grader_name, "version": str(run.grader.version)},
+        grader={"name": services.grader_name, "version": str(services.grader.version)},
         prompt_tokens=gated.tokens,
         served_prompt_tokens=served,
         served_cached_tokens=completion.cached_tokens,
@@ -296,22 +303,26 @@ def grade(run: Run, cell: CellLog, item: Item, gated: Gated, outcome: Any) -> No
     )
 
 
-def run_cell(run: Run, strategy_name: str, item: Item, view: PrivateView, budget: int, repeat: int) -> None:
+def run_cell(
+    services: CellServices, strategy_name: str, item: Item, view: PrivateView, budget: int, repeat: int
+) -> None:
     """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
 
     An episodic task (several model calls per cell, ``episodes.run_episode``) repeats
     ``build_prompt`` and ``send`` per call with the same ``cell`` and ``deadline``, and
     writes the terminal row once.
     """
-    cell = CellLog(run.log, run._cell_key(strategy_name, item, budget, repeat), run._tally)
-    deadline = Deadline(run.config.item_timeout_s)
-    context = strategy_context(run, cell, view, budget, repeat, deadline)
+    cell = services.cell(strategy_name, item, budget, repeat)
+    deadline = Deadline(services.settings.item_timeout_s)
+    context = strategy_context(services, cell, view, budget, repeat, deadline)
     try:
-        gated = build_prompt(run, cell, run._strategy(strategy_name), item, view, budget, context, deadline)
+        gated = build_prompt(
+            services, cell, services.strategies.get(strategy_name), item, view, budget, context, deadline
+        )
         if gated is None:
             return
         cell.close()  # the strategy's part is over: its channel takes no more calls
-        if run.config.prompts_only:
+        if services.settings.prompts_only:
             cell.finish(
                 Admitted,
                 prompt_tokens=gated.tokens,
@@ -320,10 +331,10 @@ def run_cell(run: Run, strategy_name: str, item: Item, view: PrivateView, budget
                 strategy_s=cell.strategy_s,
             )
             return
-        outcome = send(run, cell, gated, repeat)
+        outcome = send(services, cell, gated, repeat)
         if outcome is None:
             return
-        grade(run, cell, item, gated, outcome)
+        grade(services, cell, item, gated, outcome)
     finally:
         cell.close()
         if cell.terminal is None:  # a harness bug: still never a cell without its row

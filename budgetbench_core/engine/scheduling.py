@@ -9,7 +9,8 @@ units plus the ones in flight (and so at most that many items) are in memory at 
 ``RunJob`` is the driver's side of an executor: ``run_here`` for in-process executors,
 ``record``/``record_lost`` for executors that run units elsewhere, and ``worker_spec``, the
 picklable recipe a remote worker rebuilds the run from (``RemoteWorker``): the same
-``Run`` code, with its rows, replies and files buffered and handed back instead of written.
+plugins and ``CellServices``, with its rows, replies and files buffered and handed back
+instead of written.
 """
 
 from __future__ import annotations
@@ -20,27 +21,26 @@ import os
 import random
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .backends import Completion
-from .cell import CellLog
-from .events import Error
-from .executors import Job, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
-from .graders import GradingContext
-from .host.metering import Metering
-from .host.pool import PluginHost
-from .model_calls import ModelCaller
-from .runlog import now
-from .tokenizers import PromptCounter
+from ..backends import Completion
+from ..executors import Job, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
+from ..model_calls import ModelCaller
+from ..run_config import RunConfig
+from ..runlog import now
+from ..tokenizers import PromptCounter
+from .intake import ItemIntake
+from .run_plugins import RunPlugins
+from .services import CellServices, CellSettings, callers, plugin_host
+from .strategy_pool import StrategyPool
+from .units import lost, run_unit
 
 if TYPE_CHECKING:
-    from .cache import ResponseCache
-    from .runner import Run, RunConfig
+    from ..cache import ResponseCache
 
 TERMINAL_KINDS = ("result", "violation", "error", "admitted")
 # A worker's copy of a started backend reaches the driver's server through these.
@@ -66,56 +66,55 @@ def window_shuffle(units: Iterable[Unit], size: int, rng: random.Random) -> Iter
 
 
 class RunJob(Job):
-    """The runner's side of one execution (driver only)."""
+    """The driver's side of one execution: ``services`` run the units here and record the
+    ones run elsewhere; ``spec`` is the recipe a remote worker rebuilds the services from."""
 
-    def __init__(self, run: Run, units: Iterator[Unit], progress: Callable[[str, int], None]) -> None:
-        self.run = run
+    def __init__(
+        self,
+        services: CellServices,
+        units: Iterator[Unit],
+        progress: Callable[[str, int], None],
+        cache: ResponseCache,
+        spec: Callable[[], RemoteSpec],
+        max_concurrency: int,
+        timeout_s: float,
+    ) -> None:
+        self.services = services
         self.units = units
-        self.max_concurrency = run.config.max_concurrency
-        self.timeout_s = run.config.timeout_s
-        self.stop = run._stop
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.stop = services.stop
         self.progress = progress
+        self.cache = cache
         self.remote_calls = 0
         self._lock = threading.Lock()
+        self._make_spec = spec
         self._spec: RemoteSpec | None = None
 
     def run_here(self, unit: Unit) -> None:
-        self.run.run_unit(unit, self.progress)
+        run_unit(self.services, unit, self.progress)
 
     def worker_spec(self) -> RemoteSpec:
         if self._spec is None:
-            run = self.run
-            self._spec = RemoteSpec(
-                key=f"{run.run_key}:{uuid.uuid4().hex}",
-                config=run.config,
-                run_key=run.run_key,
-                task=run.task,
-                tokenizer_info=run.tokenizer_info,
-                versions=run._plugin_versions(),
-                backend_address=_address(run.backend),
-                judge_address=_address(run.judge_backend) if run.judge_backend else {},
-            )
+            self._spec = self._make_spec()
         return self._spec
 
     def record(self, unit: Unit, outcome: UnitOutcome) -> None:
-        run = self.run
+        services = self.services
         with self._lock:  # one unit's rows stay together in every cell file
             for relative, data in outcome.files.items():
-                write_bytes_atomic(run.run_dir / relative, data)
+                write_bytes_atomic(services.run_dir / relative, data)
             for key, completion in outcome.replies:
-                run.cache.put(key, completion)
+                self.cache.put(key, completion)
             for row, path in outcome.events:
-                run.log.append(row, run.run_dir / path if path else None)
+                services.log.append(row, services.run_dir / path if path else None)
                 if row.get("event") in TERMINAL_KINDS and path is None:
-                    run._tally(row["event"], row)  # counted, and shown as finished (not resumed) by the display
+                    services.tally(row["event"], row)  # counted, and shown as finished (not resumed) by the display
             self.remote_calls += outcome.calls_made
         self.progress(unit.strategy, len(unit.todo))
 
     def record_lost(self, unit: Unit, cause: str) -> None:
-        run = self.run
-        for budget, repeat in unit.todo:
-            cell = CellLog(run.log, run._cell_key(unit.strategy, unit.item, budget, repeat), run._tally)
-            cell.finish(Error, phase="executor", plugin=unit.strategy, cause=cause)
+        lost(self.services, unit, cause)
         self.progress(unit.strategy, len(unit.todo))
 
 
@@ -126,7 +125,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _address(backend: Any) -> dict[str, Any]:
+def address_of(backend: Any) -> dict[str, Any]:
     return {name: getattr(backend, name) for name in _ADDRESS_FIELDS if getattr(backend, name, None)}
 
 
@@ -199,18 +198,15 @@ class _ClusterCaller(ModelCaller):
 
 
 class RemoteWorker(UnitWorker):
-    """A run rebuilt in a worker process: strategies, tokenizer and callers of its own."""
+    """The driver's run rebuilt in a worker process: the same plugins and services, with a
+    tokenizer and callers of its own and its rows, replies and files handed back."""
 
     def __init__(self, spec: RemoteSpec) -> None:
-        from .plugins import get_registry
-        from .runner import Run
+        from ..plugins import get_registry
 
-        class WorkerRun(Run):
-            def _instantiate(self, kind: str, name: str, **params: Any) -> Any:
-                return spec.task if kind == "task" else super()._instantiate(kind, name, **params)
-
-        run: Any = WorkerRun(spec.config, get_registry())  # filled in below as the driver fills its own
-        for backend, address in ((run.backend, spec.backend_address), (run.judge_backend, spec.judge_address)):
+        config = spec.config
+        plugins = RunPlugins(config, get_registry(), task=spec.task)
+        for backend, address in ((plugins.backend, spec.backend_address), (plugins.judge_backend, spec.judge_address)):
             if backend is None:
                 continue
             for name, value in address.items():
@@ -220,69 +216,60 @@ class RemoteWorker(UnitWorker):
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm  # noqa: F401 - a core dependency; warmed here for the embedded model's copy too
 
-        tokenizer = run._tokenizer()
-        run.counter = PromptCounter(tokenizer)
-        run.tokenizer_info = tokenizer.info.to_dict()
-        versions = run._plugin_versions()
-        if run.tokenizer_info != spec.tokenizer_info or versions != spec.versions:
+        tokenizer = plugins.tokenizer()
+        counter = PromptCounter(tokenizer)
+        tokenizer_info = tokenizer.info.to_dict()
+        versions = plugins.versions()
+        if tokenizer_info != spec.tokenizer_info or versions != spec.versions:
             raise RuntimeError(
                 f"this worker ({os.uname().nodename}) would count or run differently from the driver: tokenizer "
-                f"{run.tokenizer_info} vs {spec.tokenizer_info}, plugin versions {versions} vs {spec.versions}; "
+                f"{tokenizer_info} vs {spec.tokenizer_info}, plugin versions {versions} vs {spec.versions}; "
                 f"install the same distributions on every node"
             )
-        run.run_key = spec.run_key
-        run.run_dir = Path(tempfile.gettempdir()) / "budgetbench-worker" / f"{spec.run_key}-{os.getpid()}"
-        run.run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = Path(tempfile.gettempdir()) / "budgetbench-worker" / f"{spec.run_key}-{os.getpid()}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_dir
         self.memo = _ReplyMemo()
         cache = cast("ResponseCache", self.memo)  # to ModelCaller it is a cache: lookup and put
-        config = run.config
-        run.caller = _ClusterCaller(
-            run.backend,
-            cache,
-            config.max_concurrency,
-            config.retries,
-            timeout_s=config.timeout_s,
-            plugin=run.ref("backend", run.backend_name),
+        self.callers: tuple[_ClusterCaller, _ClusterCaller] = callers(  # type: ignore[assignment]
+            plugins, cache, config.max_concurrency, config.retries, config.timeout_s, caller_class=_ClusterCaller
         )
-        run.judge_caller = run.caller
-        if run.judge_backend:
-            run.judge_caller = _ClusterCaller(
-                run.judge_backend,
-                cache,
-                config.max_concurrency,
-                config.retries,
-                timeout_s=config.timeout_s,
-                plugin=run.ref("backend", run.judge_backend.name),
-            )
-        run.grading_context = GradingContext(judge=run._judge, judge_model=config.judge_model or config.model)
-        if config.isolation == "process":  # the same plugin host as the driver's, in this process
-            run.host = PluginHost(run.tokenizer_info, run.scratch_dir)
-            run.host.guarded = [run.run_dir]
-            if not config.prompts_only:
-                run.metering = Metering(run.caller, run.counter, config.seed)
-                run.metering.start()
-                run.host.meter_with(run.metering)
-        self._run = run
+        scratch_dir = Path(tempfile.mkdtemp(prefix="budgetbench-scratch-"))
+        host, self.metering = plugin_host(config, tokenizer_info, scratch_dir, [run_dir], self.callers[0], counter)
+        self.intake = ItemIntake(config, plugins.task, plugins.ref("task", config.task))
+        self.services = CellServices.assemble(
+            config,
+            plugins,
+            CellSettings.of(config, plugins, spec.run_key, tokenizer_info),
+            counter,
+            self.callers,
+            StrategyPool(config, plugins, host),
+            log=_BufferLog(run_dir),
+            run_dir=run_dir,
+            scratch_dir=scratch_dir,
+            evidence=self.intake.evidence,
+            tally=lambda kind, row: None,  # the driver counts the rows it records
+            stop=threading.Event(),
+        )
 
     def _files(self) -> dict[Path, int]:
-        root = self._run.run_dir / "retrievals"
+        root = self.run_dir / "retrievals"
         return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} if root.exists() else {}
 
     def run(self, unit: Unit, slots: Slots | None = None) -> UnitOutcome:
-        run = self._run
-        callers = {id(c): c for c in (run.caller, run.judge_caller)}.values()
+        callers = {id(c): c for c in self.callers}.values()
         for caller in callers:
             caller.slots = slots
             if slots is not None:
-                caller._slots = contextlib.nullcontext()  # the lease is the limit; a local one would add to it
+                caller._slots = contextlib.nullcontext()  # type: ignore[assignment]  # the lease is the limit; a local one would add to it
         calls_before = sum(c.calls_made for c in callers)
         before = self._files()
-        run.log = buffer = _BufferLog(run.run_dir)
+        buffer = _BufferLog(self.run_dir)
         self.memo.new = []
-        unit = Unit(unit.strategy, run.admit_item(unit.item), list(unit.todo))
-        run.run_unit(unit, lambda strategy, cells: None)
+        unit = Unit(unit.strategy, self.intake.admit(unit.item), list(unit.todo))
+        run_unit(self.services.with_log(buffer), unit, lambda strategy, cells: None)
         files = {
-            str(p.relative_to(run.run_dir)): p.read_bytes()
+            str(p.relative_to(self.run_dir)): p.read_bytes()
             for p, stamp in self._files().items()
             if before.get(p) != stamp
         }

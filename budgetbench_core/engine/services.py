@@ -1,0 +1,181 @@
+"""What a cell is given to run: one services object, built once per run (and once per remote
+worker), never the runner. Everything here is either read-only for a cell or safe to share
+between the cells running at once (the log, the callers, the pool, the tally)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..backends import GenerationParams
+from ..cell import CellKey, CellLog
+from ..graders import Grader, GradingContext
+from ..host.metering import Metering
+from ..host.pool import PluginHost
+from ..messages import Item, Message
+from ..model_calls import ModelCaller
+from ..run_config import RunConfig
+from ..runlog import EventLog
+from ..sandbox import PluginRef, canonical_prompt
+from ..tasks import Task
+from ..tokenizers import PromptCounter
+from .run_plugins import JUDGE_CONTEXT, RunPlugins
+from .strategy_pool import StrategyPool
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """The slice of the run's config a cell reads."""
+
+    task: str
+    run_key: str
+    tokenizer: dict[str, Any]
+    seed: int
+    temperature: float
+    max_output_tokens: int
+    item_timeout_s: float
+    timeout_s: float
+    prompts_only: bool
+    model: str
+    judge_model: str | None
+    user_context: int  # the largest prompt a simulated user's call may have: the largest tier
+    judge_context: int  # the same for the judge
+
+    @classmethod
+    def of(cls, config: RunConfig, plugins: RunPlugins, run_key: str, tokenizer: dict[str, Any]) -> CellSettings:
+        return cls(
+            task=config.task,
+            run_key=run_key,
+            tokenizer=tokenizer,
+            seed=config.seed,
+            temperature=config.temperature,
+            max_output_tokens=plugins.max_output_tokens,
+            item_timeout_s=config.item_timeout_s,
+            timeout_s=config.timeout_s,
+            prompts_only=config.prompts_only,
+            model=config.model,
+            judge_model=config.judge_model,
+            user_context=max(config.budgets),
+            judge_context=(
+                JUDGE_CONTEXT - plugins.max_output_tokens if plugins.judge_backend is not None else max(config.budgets)
+            ),
+        )
+
+
+Tally = Callable[[str, dict[str, Any] | None], None]
+
+
+@dataclass(frozen=True)
+class CellServices:
+    """Counter, callers, log, strategies, task and grader of a run, as cells use them."""
+
+    settings: CellSettings
+    task: Task
+    task_ref: PluginRef
+    grader: Grader
+    grader_name: str
+    grader_ref: PluginRef
+    hidden_metadata: Any  # grading-only metadata keys, withheld from every strategy's view
+    counter: PromptCounter
+    tokenizer_ref: PluginRef
+    backend_name: str
+    caller: ModelCaller
+    judge_caller: ModelCaller
+    log: EventLog
+    run_dir: Path  # where the main process keeps saved retrievals (never given to a plugin)
+    scratch_dir: Path  # the plugins' own files (in-process strategies only; workers have their own)
+    strategies: StrategyPool
+    evidence: Mapping[str, Sequence[Any]]  # item id -> its evidence marks (intake)
+    tally: Tally
+    stop: threading.Event
+
+    @property
+    def grading(self) -> GradingContext:
+        return GradingContext(judge=self.judge, judge_model=self.settings.judge_model or self.settings.model)
+
+    def judge(self, messages: Sequence[Message], max_tokens: int) -> str:
+        """A grader's judge call: the judge's caller, temperature 0, the run's seed."""
+        params = GenerationParams(int(max_tokens), 0.0, self.settings.seed)
+        return self.judge_caller.call(canonical_prompt(list(messages)), params).completion.text
+
+    def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:
+        s = self.settings
+        return CellKey(s.task, strategy, budget, repeat, item.id, item.category, s.run_key, s.tokenizer)
+
+    def cell(self, strategy: str, item: Item, budget: int, repeat: int) -> CellLog:
+        return CellLog(self.log, self.cell_key(strategy, item, budget, repeat), self.tally)
+
+    @classmethod
+    def assemble(
+        cls,
+        config: RunConfig,
+        plugins: RunPlugins,
+        settings: CellSettings,
+        counter: PromptCounter,
+        callers: tuple[ModelCaller, ModelCaller],
+        strategies: StrategyPool,
+        **shared: Any,
+    ) -> CellServices:
+        """The services of a run (driver or remote worker): ``shared`` holds ``log``,
+        ``run_dir``, ``scratch_dir``, ``evidence``, ``tally`` and ``stop``."""
+        return cls(
+            settings=settings,
+            task=plugins.task,
+            task_ref=plugins.ref("task", config.task),
+            grader=plugins.grader,
+            grader_name=plugins.grader_name,
+            grader_ref=plugins.ref("grader", plugins.grader_name),
+            hidden_metadata=plugins.hidden_metadata,
+            counter=counter,
+            tokenizer_ref=plugins.tokenizer_ref,
+            backend_name=plugins.backend_name,
+            caller=callers[0],
+            judge_caller=callers[1],
+            strategies=strategies,
+            **shared,
+        )
+
+    def with_log(self, log: Any) -> CellServices:
+        """The same services writing to ``log`` (a remote worker's buffer)."""
+        return replace(self, log=log)
+
+
+def callers(
+    plugins: RunPlugins, cache: Any, max_concurrency: int, retries: int, timeout_s: float, **options: Any
+) -> tuple[ModelCaller, ModelCaller]:
+    """The model's caller and the judge's (the same one without a judge model of its own);
+    ``options`` go to ``ModelCaller`` (``fail_fast``, or ``caller_class`` for a remote worker's)."""
+    caller_class = options.pop("caller_class", ModelCaller)
+
+    def caller(backend: Any, name: str) -> ModelCaller:
+        ref = plugins.ref("backend", name)
+        return caller_class(backend, cache, max_concurrency, retries, timeout_s=timeout_s, plugin=ref, **options)
+
+    model = caller(plugins.backend, plugins.backend_name)
+    judge = caller(plugins.judge_backend, plugins.judge_backend.name) if plugins.judge_backend else model
+    return model, judge
+
+
+def plugin_host(
+    config: RunConfig,
+    tokenizer: dict[str, Any],
+    scratch_dir: Path,
+    guarded: list[Path],
+    caller: ModelCaller,
+    counter: PromptCounter,
+) -> tuple[PluginHost | None, Metering | None]:
+    """The confined workers of an isolated run, and the gateway their own SDKs call (with a
+    model to meter); ``guarded`` are the paths no strategy may declare it reads."""
+    if config.isolation != "process":
+        return None, None
+    host = PluginHost(tokenizer, scratch_dir)
+    host.guarded = guarded
+    metering = None
+    if not config.prompts_only:
+        metering = Metering(caller, counter, config.seed)
+        metering.start()
+        host.meter_with(metering)
+    return host, metering

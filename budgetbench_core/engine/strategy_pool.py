@@ -1,0 +1,111 @@
+"""The strategies of a run: one instance per worker thread, in a confined worker process
+(``host``) or, with ``--isolation none``, in this process; a harness control always here."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..controls import HarnessControl, is_control
+from ..host.pool import PluginHost, PluginHostError, Source, strategy_source
+from ..host.remote import RemoteStrategy
+from ..memory_systems import MemorySystem, MemorySystemStrategy
+from ..plugins import PluginError
+from ..run_config import RunConfig
+from ..sandbox import Deadline, PluginFailure, PluginRef, contained, json_safe_or_empty
+from ..strategies import MemoryStrategy
+from .run_plugins import RunPlugins
+
+
+class StrategyPool:
+    """``get(name)`` the calling thread's instance; ``discard(name)`` after a timeout or failure."""
+
+    def __init__(self, config: RunConfig, plugins: RunPlugins, host: PluginHost | None) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.host = host
+        # In-process strategies are imported here; isolated ones only in their workers.
+        self._classes = (
+            {name: plugins.registry.get("strategy", name).obj for name in config.strategies if not is_control(name)}
+            if host is None
+            else {}
+        )
+        self._local = threading.local()
+
+    def ref(self, name: str) -> PluginRef:
+        return self.plugins.ref("strategy", name)
+
+    def _params(self, name: str) -> dict[str, Any]:
+        return self.config.strategy_params.get(name, {})
+
+    def _source(self, name: str) -> Source:
+        """None for a strategy installed as an entry point (its worker finds it the same way);
+        for one registered by code in this process (tests), where its worker imports it from."""
+        registered = self.plugins.registry.registered("strategy", name)
+        if registered is None:
+            return None
+        return strategy_source(registered.obj, registered.plugin.distribution, registered.plugin.version)
+
+    def _creation_error(self, name: str, distribution: str | None, cause: Any) -> PluginError:
+        return PluginError(
+            f"strategy {name!r} from {distribution} could not be created with {self._params(name)}: {cause}"
+        )
+
+    def new(self, name: str) -> MemoryStrategy:
+        """A fresh instance (the caller owns it)."""
+        if is_control(name):
+            return HarnessControl(name)  # run by the harness itself, in this process (controls.py)
+        params = self._params(name)
+        if self.host is not None:
+            try:
+                return self.host.new_strategy(name, params, self.config.max_ingest_loss, self._source(name))
+            except PluginHostError as exc:
+                raise self._creation_error(name, self.ref(name).distribution, exc) from None
+        cls = self._classes[name]
+
+        def create() -> MemoryStrategy:
+            if isinstance(cls, type) and issubclass(cls, MemorySystem):
+                return MemorySystemStrategy(cls(**params), max_ingest_loss=self.config.max_ingest_loss)
+            return cls(**params)
+
+        try:
+            return contained("create", self.ref(name), create, Deadline(self.config.item_timeout_s))
+        except PluginFailure as failure:
+            raise self._creation_error(name, failure.plugin.distribution, failure.cause) from None
+
+    def get(self, name: str) -> MemoryStrategy:
+        """The calling thread's instance: strategies keep per-item state."""
+        if self.host is not None and not is_control(name):
+            try:
+                return self.host.strategy(name, self._params(name), self.config.max_ingest_loss, self._source(name))
+            except PluginHostError as exc:
+                raise PluginError(f"strategy {name!r} could not be created: {exc}") from None
+        cache = getattr(self._local, "strategies", None)
+        if cache is None:
+            cache = self._local.strategies = {}
+        if name not in cache:
+            cache[name] = self.new(name)
+        return cache[name]
+
+    def discard(self, name: str) -> None:
+        """After a timeout or failure: an isolated strategy's worker is killed (nothing it
+        started can reach a server afterwards); an in-process one is only dropped."""
+        if self.host is not None:
+            self.host.discard(name)
+        getattr(self._local, "strategies", {}).pop(name, None)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """What a fresh instance says of itself, for the manifest, with its distribution."""
+        strategy = self.new(name)
+        try:
+            described = contained("describe", self.ref(name), strategy.describe, Deadline(self.config.item_timeout_s))
+        except PluginFailure as failure:
+            raise PluginError(failure.cause) from None
+        finally:
+            if isinstance(strategy, RemoteStrategy):
+                strategy.close()
+        described = json_safe_or_empty(described)
+        return {
+            **(described if isinstance(described, dict) else {}),
+            "distribution": self.plugins.plugin_of("strategy", name).distribution,
+        }

@@ -1,0 +1,62 @@
+"""One unit: a strategy's cells of one item, after one reset (contained, with a deadline).
+
+A unit runs every (budget, repeat) of its item in the order it was given, so per-item
+strategy state (an embedding index, a retrieval) is built once and reused for every tier.
+An episodic task's cells are episodes, unless the run is prompts-only (the first prompt of
+each is gated, nothing is sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..episodes import EpisodicTask
+from ..events import Error
+from ..executors import Unit
+from ..host.remote import RemoteStrategy
+from ..sandbox import Deadline, PluginFailure, PluginRef, PrivateView, contained, describe_exception
+from ..strategies import resets_nothing
+from .episode_loop import run_episode
+from .pipeline import run_cell
+from .services import CellServices
+
+
+def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], None]) -> None:
+    """Reset the strategy, then run the unit's cells in order; ``progress(strategy, 1)`` per cell."""
+    if not unit.todo:
+        return
+    item, view = unit.item, PrivateView(unit.item, services.hidden_metadata)
+    strategy = services.strategies.get(unit.strategy)
+    timeout_s = services.settings.item_timeout_s
+    try:
+        no_op = strategy.resets_nothing() if isinstance(strategy, RemoteStrategy) else resets_nothing(strategy)
+        if not no_op:  # the base class's no-op needs no call
+            contained("reset", services.strategies.ref(unit.strategy), strategy.reset, Deadline(timeout_s))
+    except PluginFailure as failure:
+        services.strategies.discard(unit.strategy)
+        cause = describe_exception(failure.original) if failure.original else failure.cause
+        for budget, repeat in unit.todo:
+            services.cell(unit.strategy, item, budget, repeat).fail(
+                "reset",
+                PluginRef("strategy", unit.strategy, failure.plugin.distribution),
+                f"strategy {unit.strategy!r} reset failed before item {item.id!r}: {cause}",
+            )
+            progress(unit.strategy, 1)
+        return
+    episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
+    for budget, repeat in unit.todo:
+        if services.stop.is_set():
+            return
+        if episodic:
+            run_episode(services, unit.strategy, item, budget, repeat)
+        else:
+            run_cell(services, unit.strategy, item, view, budget, repeat)
+        progress(unit.strategy, 1)
+
+
+def lost(services: CellServices, unit: Unit, cause: str) -> None:
+    """A unit an executor lost (its worker died): every cell still to do is an error row."""
+    for budget, repeat in unit.todo:
+        services.cell(unit.strategy, unit.item, budget, repeat).finish(
+            Error, phase="executor", plugin=unit.strategy, cause=cause
+        )
