@@ -24,7 +24,10 @@ FORMAT = 2  # bumped when the index gains a field: older cache files are then no
 
 
 def plugin_index(entry_points: list[metadata.EntryPoint]) -> dict[str, Any]:
-    """``{"names": {kind: {name: entry point}}, "resolvers": [...], "wrappers": [...]}``."""
+    """``{"names": {kind: {name: entry point}}, "failed": {entry point: error}}`` and the entry points
+    that implement a resolution hook (``"resolvers"``), ``register_commands`` (``"commands"``) or a
+    wrapper (``"wrappers"``): what a lookup, a resolution or the CLI must import; and each executor's
+    options (``"executor_options"``), which the ``run`` command offers without importing it."""
     ordered = sorted(entry_points, key=lambda ep: ep.name)
     key = json.dumps([FORMAT, *(_fingerprint(ep) for ep in ordered)])
     cache = _cache_dir() / f"plugin-index-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -247,7 +247,7 @@ class Registry:
     # ------------------------------------------------------------- the index
 
     def index(self) -> dict[str, Any]:
-        """Which pending entry point registers each name, resolves, or wraps (``plugin_index``)."""
+        """What the pending entry points register, resolve, wrap and add, and which fail (``plugin_index``)."""
         if self._index is None:
             self._index = plugin_index([ep for ep, _ in self._pending])
         return self._index
@@ -289,7 +289,10 @@ class Registry:
 
     @property
     def failures(self) -> list[PluginInfo]:
-        return [p for p in self.plugins if p.error]
+        """The plugins that failed to load or register; a pending one is known from the index, unimported."""
+        failed = self.index()["failed"] if self._pending else {}
+        pending = [replace(info, error=failed[info.name]) for _, info in self._pending if info.name in failed]
+        return [*(p for p in self._plugins if p.error), *pending]
 
     def get(self, kind: str, name: str) -> Registered:
         self._load_for(kind, name)
@@ -306,14 +309,26 @@ class Registry:
             raise UnknownNameError(f"unknown {kind} {name!r}; available: {available}{hint}") from None
 
     def names(self, kind: str) -> list[str]:
-        return sorted(self.entries[kind])
+        """Every registered name of ``kind``; the index answers for the plugins not imported yet."""
+        pending = self.index()["names"].get(kind, {}) if self._pending else {}
+        return sorted({*self._entries[kind], *pending})
+
+    def executor_options(self) -> dict[str, dict[str, str]]:
+        """Each executor's ``options`` (``--<executor>-<key>`` on ``run``), the pending ones from
+        the index, so building the ``run`` command imports no executor plugin."""
+        pending = self.index()["executor_options"] if self._pending else {}
+        loaded = {name: dict(entry.obj.options) for name, entry in self._entries["executor"].items()}
+        return dict(sorted({**pending, **loaded}.items()))
 
     def datasets(self) -> dict[str, Dataset]:
         return {name: entry.obj for name, entry in sorted(self.entries["dataset"].items())}
 
     def distributions(self) -> dict[str, str]:
-        """Distribution name -> version of every loaded plugin (for the manifest)."""
-        return {p.distribution: p.version for p in self.plugins if p.loaded}
+        """Distribution name -> version of every plugin that loads (for the manifest), the pending
+        ones from metadata and the index: the versions do not depend on what a run imported."""
+        failed = self.index()["failed"] if self._pending else {}
+        pending = [info for _, info in self._pending if info.name not in failed]
+        return {p.distribution: p.version for p in [*(p for p in self._plugins if p.loaded), *pending]}
 
     def _first_result(self, hook_name: str, **kwargs: Any) -> tuple[Any, str | None]:
         """Call a firstresult hook one implementation at a time in pluggy's order, naming the
@@ -370,8 +385,12 @@ class Registry:
         return tokenizer, source
 
     def add_commands(self, cli: Any) -> None:
-        """Let every plugin add its commands; one may not replace a command already there."""
-        for plugin in self.plugins:
+        """Let every plugin add its commands; one may not replace a command already there.
+        Only the plugins that implement ``register_commands`` (or wrap hooks) are imported for it."""
+        if self._pending:
+            index = self.index()
+            self.load({*index["commands"], *index["wrappers"]})
+        for plugin in list(self._plugins):
             for impl in self._implementations("register_commands", plugin.name):
                 before = dict(cli.commands)
                 with contained(plugin, f"register_commands{self._wrapped('register_commands')} raised"):

@@ -25,7 +25,17 @@ def index() -> dict:
             if impl.hookwrapper or impl.wrapper
         }
     )
-    return {"names": names, "resolvers": resolvers, "wrappers": wrappers}
+    commands = sorted(p.name for p in registry.plugins if "register_commands" in p.hooks)
+    failed = {p.name: p.error for p in registry.failures}
+    executor_options = {name: dict(entry.obj.options) for name, entry in registry.entries["executor"].items()}
+    return {
+        "names": names,
+        "resolvers": resolvers,
+        "wrappers": wrappers,
+        "commands": commands,
+        "failed": failed,
+        "executor_options": executor_options,
+    }
 
 
 if __name__ == "__main__":
