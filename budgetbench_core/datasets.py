@@ -9,6 +9,7 @@ to place where when offline. Task plugins declare their datasets with the
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -17,15 +18,16 @@ from .tasks import TaskDataError
 
 @dataclass(frozen=True)
 class Dataset:
-    """A dataset's official files on the Hugging Face hub and where its task reads them.
+    """A dataset's official files, where they come from and where its task reads them.
 
-    ``files`` maps a file in the hub repository to its local name under
+    ``files`` maps a file in the repository ``repo`` to its local name under
     ``data_dir()/folder`` (a relative path: ``retail/db.json`` for a task that reads one
-    folder per domain); ``name`` is what ``budgetbench data fetch`` takes. ``manual``, for
-    files that are not on the hub (or whose licence forbids fetching them for the user), says
-    where to get them and on what terms: ``data fetch`` then prints it with where each file
-    goes, and downloads nothing; ``repo`` then names the upstream repository, and the keys of
-    ``files`` are paths in it.
+    folder per domain); ``name`` is what ``budgetbench data fetch`` takes. By default
+    ``repo`` is a Hugging Face hub dataset. With ``commit`` it is a GitHub repository pinned
+    at that commit: ``data fetch`` downloads each file from it and keeps it only if its
+    SHA-256 is the one in ``sha256`` (required for every file), after showing ``licence``.
+    ``manual``, for files that cannot be fetched for the user, says where to get them and on
+    what terms: ``data fetch`` then prints it with where each file goes, and downloads nothing.
     """
 
     name: str
@@ -34,6 +36,15 @@ class Dataset:
     files: dict[str, str] = field(default_factory=dict)
     description: str = ""
     manual: str = ""
+    commit: str = ""
+    sha256: dict[str, str] = field(default_factory=dict)
+    licence: str = ""
+
+    def url(self, remote: str) -> str:
+        """Where ``data fetch`` downloads ``remote`` from (the pinned commit on GitHub, else the hub)."""
+        if self.commit:
+            return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{remote}"
+        return f"https://huggingface.co/datasets/{self.repo}/resolve/main/{remote}"
 
     def __post_init__(self) -> None:
         problems = [
@@ -49,6 +60,19 @@ class Dataset:
             problems.append(
                 "local file names must not contain folders that leave the dataset's folder (no root, no '..')"
             )
+        if self.commit:
+            if not re.fullmatch(r"[0-9a-f]{40}", self.commit):
+                problems.append(
+                    "commit must be a full 40-hex-digit commit id (a pinned download never follows a branch)"
+                )
+            unchecked = sorted(set(self.files) - set(self.sha256))
+            if unchecked:
+                problems.append(f"sha256 must give the digest of every file (missing: {', '.join(unchecked)})")
+            bad = sorted(k for k, v in self.sha256.items() if not re.fullmatch(r"[0-9a-f]{64}", str(v)))
+            if bad:
+                problems.append(f"sha256 digests must be 64 lower-case hex digits ({', '.join(bad)})")
+        elif self.sha256:
+            problems.append("sha256 needs commit: checksums pin the files of one commit")
         if problems:
             raise ValueError(f"Dataset {self.name!r}: {'; '.join(problems)}")
 

@@ -193,7 +193,10 @@ def _sha256(path: Path) -> str:
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "BUDGETBENCH_OFFLINE")
+    )
 
 
 def _download(source: Dataset, filename: str, target: Path) -> str:
@@ -252,12 +255,23 @@ DATA_DIR_OPTION = click.option(
 @click.argument("dataset", required=False)
 @DATA_DIR_OPTION
 @click.option("--file", "files", multiple=True, help="Fetch only this file of the dataset (repeatable).")
-def fetch(dataset, directory, files):
-    """Download a dataset's official files from the Hugging Face hub, recording SHA-256 checksums.
+@click.option(
+    "--from",
+    "mirror",
+    default=None,
+    metavar="URL",
+    help="For a dataset pinned to a GitHub commit: download from this copy of the repository at that commit "
+    "instead (its root as a file:// or http(s):// URL, e.g. file:///src/LoCoMo for a clone); checksums are checked "
+    "all the same.",
+)
+def fetch(dataset, directory, files, mirror):
+    """Download a dataset's official files, recording SHA-256 checksums.
 
-    DATASET is one a task plugin registers (run without it to list them). Offline
-    (HF_HUB_OFFLINE=1 or no connection) it says which file to place where, and exits 1
-    if any is missing.
+    DATASET is one a task plugin registers (run without it to list them). A dataset pinned
+    to a GitHub commit is downloaded at that commit, shows its licence, and a file whose
+    SHA-256 is not the pinned one is refused; the others come from the Hugging Face hub.
+    Offline (HF_HUB_OFFLINE=1, BUDGETBENCH_OFFLINE=1 or no connection) it says which file to
+    place where, and exits 1 if any is missing.
     """
     source = dataset_named(dataset)
     folder = (directory or data_dir()) / source.folder
@@ -266,11 +280,16 @@ def fetch(dataset, directory, files):
         raise click.BadParameter(
             f"{dataset} has no file {unknown[0]!r}; files: {', '.join(source.files)}", param_hint="--file"
         )
+    if mirror and not source.commit:
+        raise click.BadParameter(
+            f"{dataset} is not pinned to a GitHub commit (its files come from the Hugging Face hub {source.repo})",
+            param_hint="--from",
+        )
     wanted = list(files) or list(source.files)
     missing = [f for f in wanted if not (folder / source.files[f]).is_file()]
     for remote in wanted:
         if remote not in missing:
-            click.echo(f"present: {folder / source.files[remote]}")
+            click.echo(f"present: {folder / source.files[remote]}{_checked(source, remote, folder)}")
     if not missing:
         return
     if source.manual:
@@ -285,6 +304,9 @@ def fetch(dataset, directory, files):
             f"Task plugins look in {default} by default, or pass --task-option path=<file>."
         )
         raise SystemExit(1)
+    if source.commit:
+        _fetch_pinned(dataset, source, missing, folder, mirror)
+        return
     if _offline():
         click.echo(
             "offline (HF_HUB_OFFLINE is set): nothing downloaded.\n" + _placement_help(dataset, source, missing, folder)
@@ -304,6 +326,84 @@ def fetch(dataset, directory, files):
         with (folder / CHECKSUMS).open("a", encoding="utf-8") as sums:
             sums.write(f"{digest}  {target.name}  # {source.repo}@{commit}/{remote}\n")
         click.echo(f"fetched: {target} sha256={digest} ({source.repo}@{commit})")
+
+
+def _checked(source: Dataset, remote: str, folder: Path) -> str:
+    """For a pinned dataset, whether a file already in place is the pinned one (it is kept either way)."""
+    if not source.commit:
+        return ""
+    if _sha256(folder / source.files[remote]) == source.sha256[remote]:
+        return f" (sha256 matches {source.repo}@{source.commit[:7]})"
+    return (
+        f" (sha256 differs from {source.repo}@{source.commit[:7]}: another version; delete it to fetch the pinned one)"
+    )
+
+
+def _pinned_places(source: Dataset, missing: list[str], folder: Path) -> str:
+    """Which upstream file goes where, with the digest it must have."""
+    lines = [f"Place {'it' if len(missing) == 1 else f'these {len(missing)} files'} here:"]
+    for remote in missing:
+        lines.append(f"  {folder / source.files[remote]}\n      <- {remote}  sha256 {source.sha256[remote]}")
+    lines.append(
+        f"(each from {source.url('<path>')}, or a clone: git -C <clone> checkout {source.commit}; "
+        f"then `budgetbench data fetch {source.name} --from file://<clone>` copies and checks them)"
+    )
+    default = data_dir() / source.folder
+    where = f"Task plugins look in {default} by default"
+    if folder.resolve() != default.resolve():
+        where += f" (set BUDGETBENCH_DATA_DIR={folder.parent} to use {folder})"
+    lines.append(where + ", or pass --task-option path=<file>.")
+    return "\n".join(lines)
+
+
+def _fetch_pinned(dataset: str, source: Dataset, missing: list[str], folder: Path, mirror: str | None) -> None:
+    """Download each missing file at the pinned commit and keep it only if its SHA-256 is the pinned one."""
+    click.echo(
+        f"{dataset}: https://github.com/{source.repo} at commit {source.commit}\n"
+        f"licence: {source.licence or 'see the upstream repository'}"
+    )
+    if _offline() and not mirror:
+        click.echo("offline (HF_HUB_OFFLINE or BUDGETBENCH_OFFLINE is set): nothing downloaded.")
+        click.echo(_pinned_places(source, missing, folder))
+        raise SystemExit(1)
+    for index, remote in enumerate(missing):
+        url = f"{mirror.rstrip('/')}/{remote}" if mirror else source.url(remote)
+        target = folder / source.files[remote]
+        try:
+            digest = _download_checked(url, target, source.sha256[remote])
+        except OSError as exc:  # no connection, 404, unreadable mirror: say what to do instead
+            click.echo(f"could not download {url}: {type(exc).__name__}: {str(exc)[:300]}")
+            click.echo(_pinned_places(source, missing[index:], folder))
+            raise SystemExit(1) from None
+        if digest != source.sha256[remote]:
+            click.echo(
+                f"refused {url}: its sha256 {digest} is not the pinned {source.sha256[remote]} "
+                f"({source.repo}@{source.commit[:7]}/{remote}); nothing kept at {target}. The copy is another "
+                "version of the file (or a Git LFS pointer): fetch it at the pinned commit."
+            )
+            raise SystemExit(1)
+        with (folder / CHECKSUMS).open("a", encoding="utf-8") as sums:
+            sums.write(f"{digest}  {source.files[remote]}  # {source.repo}@{source.commit}/{remote}\n")
+        click.echo(f"fetched: {target} sha256={digest} (checked)")
+
+
+def _download_checked(url: str, target: Path, expected: str) -> str:
+    """Stream ``url`` to ``target`` and return its SHA-256; ``target`` is written only when it is ``expected``."""
+    import urllib.request
+
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=60) as response:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".part")
+        with partial.open("wb") as out:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                digest.update(block)
+                out.write(block)
+    if digest.hexdigest() == expected:
+        partial.replace(target)
+    else:
+        partial.unlink()
+    return digest.hexdigest()
 
 
 @data.command("status")
