@@ -92,6 +92,11 @@ class MemorySystem(ABC):
         ``MemoryStrategy.read_paths``."""
         return []
 
+    def network_hosts(self) -> list[str]:
+        """Outside services this system calls (its hosted memory API): as
+        ``MemoryStrategy.network_hosts``."""
+        return []
+
 
 @dataclass
 class BudgetFill:

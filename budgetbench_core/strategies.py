@@ -88,6 +88,13 @@ class MemoryStrategy(ABC):
         the task's data, and records the rest in the manifest."""
         return []
 
+    def network_hosts(self) -> list[str]:
+        """Outside services this strategy needs (``host`` or ``host:port``, e.g. a vendor's hosted
+        API). Its worker reaches them only through the harness's proxy, which lets these through
+        while ``apply`` runs, meters them per cell (calls and bytes by host) and refuses and
+        records any other host as undeclared network use."""
+        return []
+
 
 _MRO = type.__dict__["__mro__"].__get__
 _CLASS_DICT = type.__dict__["__dict__"].__get__

@@ -4,7 +4,8 @@ One worker holds one strategy instance (never two plugins in one process, so riv
 layers cannot reach each other), is reused for every unit its thread runs of that strategy
 (per-item state survives between budget tiers, as in-process), and is killed when it misses
 a deadline, exits, or the run ends. Its environment is built here, not inherited: no API
-key, HOME and TMPDIR in its scratch folder, and the gateway's address for SDKs.
+key, HOME and TMPDIR in its scratch folder, the gateway's address for SDKs, and the
+harness's outside proxy (``proxy``) for the hosts its plugin declares.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from .landlock import abi_version
 from .metering import Metering
+from .proxy import OutsideProxy
 from .remote import RemoteStrategy, WorkerGone, WorkerProcess
 
 # What a worker inherits from the harness's environment: locale, paths and library switches,
@@ -74,10 +76,11 @@ class PluginHost:
         self.tokenizer_info = tokenizer_info
         self.confine = confine and abi_version() > 0
         self.metering = metering  # the gateway a worker's own SDK calls go to (None: no model in this run)
-        self.ports: list[int] = [metering.port] if metering is not None else []
         self.scratch_root = scratch_root  # the run's; each worker gets a folder of its own in it
         self.guarded: list[Path] = []  # no declared read path may hold these (the run directory, the task's data)
         self.declared_reads: dict[str, list[str]] = {}  # strategy -> the paths it declared (manifest)
+        self.declared_hosts: dict[str, list[str]] = {}  # strategy -> the outside hosts it declared (manifest)
+        self.proxy = OutsideProxy()  # started with the first worker
         self._local = threading.local()
         self._lock = threading.Lock()
         self._workers: list[WorkerProcess] = []
@@ -86,14 +89,19 @@ class PluginHost:
     def meter_with(self, metering: Metering) -> None:
         """Workers spawned from now on send their own SDK's calls to ``metering``'s gateway."""
         self.metering = metering
-        self.ports = [metering.port]
 
-    def _environment(self, scratch: Path, token: str | None) -> dict[str, str]:
+    @property
+    def ports(self) -> list[int]:
+        """The TCP ports a confined worker may connect to: the gateway's and the proxy's."""
+        return [self.metering.port] if self.metering is not None else []
+
+    def _environment(self, scratch: Path, token: str | None, proxy_token: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
         env.update(HOME=str(scratch), TMPDIR=str(scratch), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         if self.metering is not None and token is not None:
             env.update(self.metering.environment(token))
+        env.update(self.proxy.environment(proxy_token))
         return env
 
     def strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
@@ -123,7 +131,10 @@ class PluginHost:
             scratch = self.scratch_root / f"{name}-{self._count}"
         scratch.mkdir(parents=True)
         token = self.metering.new_token() if self.metering is not None else None
-        worker = WorkerProcess(self._environment(scratch, token), scratch / "worker.log", scratch)
+        with self._lock:
+            self.proxy.start()
+        proxy_token = self.proxy.register(name, [])  # what it may reach is known once it is created
+        worker = WorkerProcess(self._environment(scratch, token, proxy_token), scratch / "worker.log", scratch)
         with self._lock:
             self._workers.append(worker)
         frame = {
@@ -146,14 +157,18 @@ class PluginHost:
             )
         if reads:
             self.declared_reads[name] = sorted(set(self.declared_reads.get(name, [])) | set(reads))
+        hosts = [str(h) for h in created.get("network_hosts") or []]
+        self.proxy.declare(proxy_token, hosts)
+        if hosts:
+            self.declared_hosts[name] = hosts
         if self.confine:
-            policy = {"read": reads, "write": [str(scratch)], "ports": self.ports}
+            policy = {"read": reads, "write": [str(scratch)], "ports": [*self.ports, self.proxy.port]}
             confined = self._ask(worker, name, scratch, {"op": "confine", "policy": policy})
             applied: dict[str, Any] = confined["sandbox"] if isinstance(confined.get("sandbox"), dict) else {}
             if applied.get("sandbox") != sandbox_name():
                 worker.kill()  # never a silent fallback: the run's identity says the workers are confined
                 raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
-        return RemoteStrategy(name, worker, created, self.metering, token)
+        return RemoteStrategy(name, worker, created, self.metering, token, self.proxy, proxy_token)
 
     @staticmethod
     def _ask(worker: WorkerProcess, name: str, scratch: Path, frame: dict[str, Any]) -> dict[str, Any]:
@@ -175,3 +190,4 @@ class PluginHost:
             workers, self._workers = self._workers, []
         for worker in workers:
             worker.kill()
+        self.proxy.stop()

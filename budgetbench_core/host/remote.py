@@ -29,6 +29,7 @@ from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
 from .metering import Metering, charge_cpu
+from .proxy import OutsideProxy
 
 
 class WorkerGone(RuntimeError):
@@ -96,6 +97,8 @@ class RemoteStrategy(MemoryStrategy):
         created: dict[str, Any],
         metering: Metering | None = None,
         token: str | None = None,
+        proxy: OutsideProxy | None = None,
+        proxy_token: str | None = None,
     ) -> None:
         self.params = {}
         self.name = name  # type: ignore[misc]
@@ -105,6 +108,7 @@ class RemoteStrategy(MemoryStrategy):
         self.saved_retrieval: dict[str, Any] | None = None  # what the engine kept from a previous invocation
         self.new_retrieval: dict[str, Any] | None = None  # what the worker retrieved: the engine saves it
         self.metering, self.token = metering, token  # the worker's gateway token, live only during apply
+        self.proxy, self.proxy_token = proxy, proxy_token  # its outside proxy credentials, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
         self._lock = threading.Lock()
@@ -133,12 +137,16 @@ class RemoteStrategy(MemoryStrategy):
             "saved_retrieval": self.saved_retrieval,
         }
         self._bind(None)
+        if self.proxy is not None and self.proxy_token is not None:
+            self.proxy.bind(self.proxy_token, self.cell)
         try:
             done = self._call(frame, context)
         finally:
             self.cell = None  # the next cell sets its own
             if self.metering is not None and self.token is not None:
                 self.metering.unbind(self.token)
+            if self.proxy is not None and self.proxy_token is not None:
+                self.proxy.unbind(self.proxy_token)  # its tunnels closed, their bytes on the cell's row
         self._sent_view = context.item
         audit = done.get("audit")
         if isinstance(audit, dict):

@@ -153,6 +153,7 @@ class Host:
             self.strategy = cls(**params)
         self.counter = PromptCounter(HarnessTokenizer(self.harness, frame["tokenizer"]))
         from ..strategies import resets_nothing
+        from .proxy import parse_hosts
 
         target = self.strategy.system if isinstance(self.strategy, MemorySystemStrategy) else self.strategy
         declared = target.read_paths()
@@ -163,6 +164,7 @@ class Host:
             "version": plugin["version"],
             "resets_nothing": resets_nothing(self.strategy),
             "read_paths": [os.path.realpath(p) for p in declared],
+            "network_hosts": parse_hosts(target.network_hosts(), f"strategy {frame['name']!r}"),
         }
 
     def confine(self, frame: dict[str, Any]) -> dict[str, Any]:
