@@ -239,3 +239,124 @@ def test_unknown_name_lists_available():
     registry = load_registry()
     with pytest.raises(PluginError, match="available: .*truncation"):
         registry.get("strategy", "no-such-strategy")
+
+
+# ----------------------------------------------------------------- how hooks are called
+
+
+def module_plugin(name: str, *functions) -> tuple[types.ModuleType, PluginInfo]:
+    """A real plugin module holding ``functions`` under their own names (a specname may differ)."""
+    module = types.ModuleType(f"{name.replace('-', '_')}_plugin")
+    for function in functions:
+        setattr(module, function.__name__, function)
+    return module, PluginInfo(name, f"dist-{name}", "0.0.1")
+
+
+def test_a_specname_implementation_registers_and_is_reported():
+    @hookimpl(specname="register_strategies")
+    def add_my_strategies(register):
+        register(KeepFirst)
+
+    registry = Registry()
+    module, info = module_plugin("specname", add_my_strategies)
+    registry.add_plugin(module, info)
+    assert registry.get("strategy", "keep-first").plugin is info
+    assert info.hooks == ["register_strategies"] and info.error is None
+
+
+def test_each_implementation_is_contained_and_blamed_on_its_own():
+    @hookimpl
+    def register_strategies(register):
+        raise RuntimeError("broken on purpose")
+
+    @hookimpl(specname="register_strategies")
+    def more_strategies(register):
+        register(KeepFirst)
+
+    registry = Registry()
+    module, info = module_plugin("two-impls", register_strategies, more_strategies)
+    registry.add_plugin(module, info)
+    assert registry.get("strategy", "keep-first").plugin is info  # the other implementation still ran
+    assert "register_strategies raised RuntimeError: broken on purpose" in info.error
+
+
+def test_an_implementation_of_no_hook_is_reported_not_silently_ignored():
+    @hookimpl
+    def register_strategy(register):  # the typo of register_strategies
+        register(KeepFirst)
+
+    registry = Registry()
+    module, info = module_plugin("typo", register_strategy)
+    registry.add_plugin(module, info)
+    assert "'register_strategy' is no budgetbench hook" in info.error
+    assert registry.registered("strategy", "keep-first") is None
+
+
+class Recorder:
+    """Wraps a registration hook (new style) and a resolution hook (old style), recording each call."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    @hookimpl(wrapper=True)
+    def register_strategies(self, register):
+        self.calls.append("start")
+        try:
+            return (yield)
+        finally:
+            self.calls.append("end")
+
+    @hookimpl(hookwrapper=True)
+    def resolve_backend(self, model):
+        outcome = yield
+        self.calls.append((model, outcome.get_result()))
+
+
+def test_a_wrapper_sees_every_call_of_every_implementation():
+    recorder = Recorder()
+    registry = Registry()
+    registry.add_plugin(recorder, PluginInfo("recorder", "dist-recorder", "0.0.1"))
+    assert recorder.calls == []  # a plugin with only wrappers is never called itself
+
+    class Other(KeepFirst):
+        name = "other"
+
+    first = plugin("first", register_strategies=lambda register: register(KeepFirst))
+    second = plugin("second", register_strategies=lambda register: register(Other))
+    registry.add_plugin(*first)
+    registry.add_plugin(*second)
+    assert recorder.calls == ["start", "end", "start", "end"]  # one call per plugin, each wrapped
+    assert registry.get("strategy", "other").plugin is second[1]  # attribution is kept
+
+    def broken(register):
+        raise RuntimeError("broken on purpose")
+
+    failing = plugin("failing", register_strategies=broken)
+    registry.add_plugin(*failing)
+    assert recorder.calls[-2:] == ["start", "end"]  # the wrapper sees the failing call too
+    assert "register_strategies (inside the wrappers of recorder) raised RuntimeError" in failing[1].error
+
+    recorder.calls.clear()
+
+    @hookimpl(tryfirst=True)
+    def resolve_backend(model):
+        return None  # asked first, declines
+
+    registry.add_plugin(*module_plugin("declines", resolve_backend))
+    registry.add_plugin(
+        *plugin(
+            "backends",
+            register_backends=lambda register: register(LocalWithLabel),
+            resolve_backend=lambda model: "labelled" if model.startswith("labelled/") else None,
+        )
+    )
+    assert registry.resolve_backend("labelled/m").obj is LocalWithLabel
+    assert recorder.calls == [("labelled/m", None), ("labelled/m", "labelled")]
+
+
+def test_a_blocked_name_is_refused_and_reported():
+    registry = Registry(blocked={"vendor"})
+    module, info = plugin("vendor", register_strategies=lambda register: register(KeepFirst))
+    registry.add_plugin(module, info)
+    assert "blocked by BUDGETBENCH_LOAD_PLUGINS" in info.error
+    assert registry.registered("strategy", "keep-first") is None
