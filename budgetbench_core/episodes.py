@@ -20,7 +20,9 @@ step, and the simulated user's calls, whose tokens are logged there and never bu
 Tool calls and their results are marked in message metadata (``exchange`` and
 ``exchange_part``: ``call`` or ``result``). A strategy must keep them together:
 :func:`keep_exchanges` repairs a selection, and the runner refuses (error row) a prompt
-that separates a result from its call.
+that separates a result from its call. A marked message must be one the episode produced
+(same role, text and mark): a tool call or result the strategy made up is a violation of
+phase ``fabricated_tool_result`` (reward 0).
 """
 
 from __future__ import annotations
@@ -172,10 +174,12 @@ class Episode:
 
 
 class EpisodicTask(Task):
-    """A task whose items are episodes. ``max_turns`` bounds the agent calls of one episode
-    (a task option may override it); grading is the episode's ``outcome``, not a grader."""
+    """A task whose items are episodes. ``max_turns`` bounds the agent calls of one episode and
+    ``episode_timeout_s`` its wall time (task options ``max_turns`` and ``episode_timeout_s``
+    override them); grading is the episode's ``outcome``, not a grader."""
 
     max_turns: ClassVar[int] = 30
+    episode_timeout_s: ClassVar[float] = 3600.0
     outcome_version: ClassVar[str] = "1"
 
     @abstractmethod
@@ -184,3 +188,7 @@ class EpisodicTask(Task):
 
     def turn_limit(self) -> int:
         return int(self.options.get("max_turns") or self.max_turns)
+
+    def time_limit(self) -> float:
+        """Seconds one episode may take, every turn included: past it the episode is an error row."""
+        return float(self.options.get("episode_timeout_s") or self.episode_timeout_s)

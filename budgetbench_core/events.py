@@ -182,7 +182,8 @@ class Violation(Terminal):
     phase: str = doc(
         "`prompt` (the answering prompt was over budget: not sent), `auxiliary` (a strategy's "
         "summary/compression prompt was over budget: not sent), or `served` (the server counted more "
-        "prompt tokens than the budget: sent, completion kept for audit, scored 0)"
+        "prompt tokens than the budget: sent, completion kept for audit, scored 0), or "
+        "`fabricated_tool_result` (an episode's prompt held a tool call or result that did not happen in it)"
     )
     prompt_tokens: int = doc("our exact count")
     served_prompt_tokens: int | None = doc("the server's count (phase `served`)", None)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..cell import CellLog
-from ..episodes import EPISODE_LOG, EpisodicTask, JudgeChannel, Step, UserChannel, split_exchange
+from ..episodes import EPISODE_LOG, EpisodicTask, JudgeChannel, Step, UserChannel, exchange_of, split_exchange
 from ..events import EpisodeSummary, EpisodeTurn, Error, Result, Terminal, Violation
 from ..messages import Item, Message
 from ..sandbox import (
@@ -56,6 +57,15 @@ class WithEpisode:
         return {**self.event.row(), "episode": self.episode}
 
 
+def fabricated(prompt: Sequence[Message], happened: set[tuple[str, str, tuple[str, str]]]) -> str | None:
+    """Which marked message of ``prompt`` is no exchange the episode produced, or None."""
+    for index, message in enumerate(prompt):
+        mark = exchange_of(message)
+        if mark and (message.role, message.content, mark) not in happened:
+            return f"message {index} ({mark[1]} of tool exchange {mark[0]!r})"
+    return None
+
+
 def run_episode(services: CellServices, strategy_name: str, item: Item, budget: int, repeat: int) -> None:
     """One episodic cell: the turn loop, then exactly one terminal row (see the module doc)."""
     task: EpisodicTask = services.task  # type: ignore[assignment]
@@ -83,7 +93,18 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             )
             return
         end_reason = "max_turns"
+        episode_deadline = Deadline(task.time_limit())
+        happened: set[tuple[str, str, tuple[str, str]]] = set()  # the exchanges this episode produced
         for turn in range(task.turn_limit()):
+            happened |= {(m.role, m.content, mark) for m in history if (mark := exchange_of(m))}
+            if episode_deadline.expired():
+                cell.fail(
+                    "episode",
+                    task_ref,
+                    f"the episode of item {item.id!r} ran past its deadline of {task.time_limit():g} s after "
+                    f"{turn} turns (task option episode_timeout_s)",
+                )
+                return
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
             try:
                 view = PrivateView(turn_item, services.hidden_metadata)  # stored fields only; no grading key
@@ -99,6 +120,17 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             context = strategy_context(services, cell, view, budget, repeat, deadline)
             gated = build_prompt(services, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
+                return
+            made_up = fabricated(gated.prompt, happened)
+            if made_up:
+                cell.finish(
+                    Violation,
+                    phase="fabricated_tool_result",
+                    plugin=strategy_name,
+                    prompt_tokens=gated.tokens,
+                    cause=f"strategy {strategy_name!r} put a tool exchange in its prompt at turn {turn} of item "
+                    f"{item.id!r} that did not happen in this episode: {made_up}",
+                )
                 return
             split = split_exchange(gated.prompt)
             if split:
