@@ -1,10 +1,13 @@
 """The hooks plugins implement (pluggy, project name ``budgetbench``).
 
-Registration hooks take a ``register`` callback (the simonw/llm style) and are called
-once per plugin, so every name is attributed to the distribution that registered it.
-Resolution hooks are ``firstresult`` (the pytest style): the first implementation that
-returns something other than ``None`` wins; the built-ins are ``trylast`` so a plugin
-can claim a model string or a tokenizer spec before them.
+Registration hooks take a ``register`` callback (the simonw/llm style). Resolution hooks
+are ``firstresult`` (the pytest style): the first implementation that returns something
+other than ``None`` wins; the built-ins are ``trylast`` so a plugin can claim a model
+string or a tokenizer spec before them.
+
+The registry calls every hook one implementation at a time (``plugins.Registry``), so each
+registered name is attributed to the distribution whose implementation registered it and a
+failure is blamed on it alone; ``specname=`` and wrappers work as in pytest (docs/hooks.md).
 """
 
 from __future__ import annotations
