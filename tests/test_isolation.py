@@ -345,7 +345,9 @@ def test_a_plugins_own_sdk_calls_are_metered_per_cell_and_cut_off_after_apply(tm
     # every request the server saw is one the harness made or metered: answers of both arms + metered
     assert sum(1 for _, path in hits if path.endswith("/chat/completions")) == summary.model_calls
     answered = sum(1 for r in rows.values() if r["event"] == "result" and not r["cached"])
-    assert summary.model_calls == answered + len(metered)
+    # each apply's own call (a note of its item) reached the server; a repeated late call may be a
+    # reply-cache hit (gateway calls go through the run's cache), so it need not
+    assert answered + TASK_OPTIONS["items"] <= summary.model_calls <= answered + len(metered)
     assert verify_run(out).ok
 
 

@@ -2,5 +2,6 @@
 
 Private to the core (the engine uses it; plugins never import it). ``wire`` is the plain-data
 protocol between the harness and a worker, ``worker`` the program a worker runs,
-``remote`` the harness's side (a strategy proxy per worker), ``landlock`` the confinement.
+``remote`` the harness's side (a strategy proxy per worker), ``landlock`` the confinement,
+``metering``/``gateway`` the model calls a plugin's own SDK makes, ``proxy`` its outside hosts.
 """

@@ -5,7 +5,8 @@ this, a strategy could read the task's data file (answers included) or walk to t
 directory. After its plugin is imported, a worker restricts itself for good: read-only on
 the Python environment, the modules it has loaded and the folders its plugin declares;
 read-write on its scratch folder (and /dev for /dev/null and /dev/shm); nothing else on
-disk; TCP connections only to the ports the harness allows (its metering gateway).
+disk; TCP connections only to the ports the harness allows (its metering gateway and outside
+proxy).
 
 PyPI's ``landlock`` bindings were considered; the four system calls and three structures
 below are all this needs, so no dependency. ``confine`` returns what it applied, recorded in
@@ -119,7 +120,7 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
         os.close(ruleset)
     return {
         "sandbox": f"landlock-abi-{version}",
-        "network": "gateway only" if net else "unrestricted (Landlock ABI < 4: no TCP rules)",
+        "network": "the gateway and the outside proxy only" if net else "unrestricted (Landlock ABI < 4: no TCP rules)",
     }
 
 
