@@ -6,6 +6,12 @@
   what ``auto`` (the default) picks when stderr is not a terminal.
 - ``none``: no progress; only the one-line summary and what stopped a run.
 
+A total is exact only once the runner says the task has no more items (``final``); before
+that it is shown as "at least" (``[12/>=48]``, ``12/≥48`` on the bars), and a count never runs past its total. An
+agent episode shows each turn as it ends (``turn``): a line in ``plain``, a row of its own
+in ``rich``, so a long episode is never silent. The last line of ``plain`` is the run's
+count, resumed cells included, so a finished resume ends at 100%.
+
 After the run (``rich`` and ``plain``): a strategy x budget table of quality with its 95%
 interval and the violation and error counts, the error causes grouped with counts, and
 the served-count audit (server's ``usage.prompt_tokens`` against our count).
@@ -24,7 +30,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -61,6 +67,11 @@ class _Counter:
     def done(self) -> int:
         return self.skipped + self.finished
 
+    @property
+    def shown_total(self) -> int:
+        """The announced total, or the count when cells arrived before their announcement."""
+        return max(self.total, self.done)
+
     def eta(self, started: float, now: float) -> float | None:
         """Time so far per cell finished in this invocation, times the cells left: it grows while
         nothing finishes, rather than counting down to 0 on a stalled run."""
@@ -68,6 +79,20 @@ class _Counter:
             return None
         remaining = self.total - self.done
         return (now - started) / self.finished * remaining if remaining > 0 else 0.0
+
+
+class _CountColumn(ProgressColumn):
+    """``done/total``, ``done/≥total`` while the task may still add items."""
+
+    def __init__(self, display: Display) -> None:
+        super().__init__()
+        self.display = display
+
+    def render(self, task) -> Text:
+        counter = self.display.counters.get(task.fields.get("key"))
+        if counter is None:
+            return Text(task.fields.get("turns", ""), style="progress.download")
+        return Text(f"{counter.done}/{self.display.at_least}{counter.shown_total}", style="progress.download")
 
 
 class _EtaColumn(ProgressColumn):
@@ -97,14 +122,23 @@ class Display:
         self._lock = threading.Lock()
         self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
+        self._episodes: dict[tuple, Any] = {}  # rich rows of the episodes in flight
         self._pending = threading.local()
+        self.final = False
+
+    @property
+    def at_least(self) -> str:
+        return "" if self.final else "≥"
 
     # ----------------------------------------------------------------- runner callbacks
 
-    def start(self, total: int, per_strategy: dict[str, int]) -> None:
-        """The runner's ``on_start``; called again with larger totals as a streamed task's items arrive."""
+    def start(self, total: int, per_strategy: dict[str, int], final: bool | None = None) -> None:
+        """The runner's ``on_start``; called again with larger totals as a streamed task's items
+        arrive. ``final``: no item is left to read, so the total is exact (``None``: the caller
+        does not tell, and the total is taken as exact)."""
+        self.final = final is not False
         if getattr(self, "_begun", False):
-            self._grow(total, per_strategy)
+            self._grow(total, per_strategy, told_final=final is True)
             return
         self._begun = True
         self.started = time.monotonic()
@@ -114,7 +148,7 @@ class Display:
             self._progress = Progress(
                 TextColumn(f"{{task.description:<{width}}}"),
                 BarColumn(),
-                MofNCompleteColumn(),
+                _CountColumn(self),
                 TimeElapsedColumn(),
                 _EtaColumn(self),
                 console=self.console,
@@ -125,10 +159,16 @@ class Display:
             for name, cells in per_strategy.items():
                 self._tasks[name] = self._progress.add_task(name, total=cells, key=name)
         elif self.mode == "plain":
-            self._write(f"run: {total} cells ({', '.join(f'{s} {n}' for s, n in per_strategy.items())})")
+            counts = ", ".join(f"{s} {n}" for s, n in per_strategy.items())
+            if self.final:
+                self._write(f"run: {total} cells ({counts})")
+            else:
+                self._write(f"run: at least {total} cells so far ({counts}); more as the task's items are read")
 
-    def _grow(self, total: int, per_strategy: dict[str, int]) -> None:
+    def _grow(self, total: int, per_strategy: dict[str, int], told_final: bool) -> None:
         with self._lock:
+            if self.mode == "plain" and told_final:
+                self._write(f"run: {total} cells in all ({', '.join(f'{s} {n}' for s, n in per_strategy.items())})")
             for name, cells in {OVERALL: total, **per_strategy}.items():
                 self.counters.setdefault(name, _Counter(0)).total = cells
                 if self._progress is None:
@@ -142,7 +182,30 @@ class Display:
         """The runner's ``on_cell``: a cell's terminal row, written on the worker thread that
         then calls ``progress`` for the same cells."""
         self._pending.cells = getattr(self._pending, "cells", 0) + 1
+        with self._lock:
+            episode = self._episodes.pop(_episode_key(row), None)
+            if episode is not None and self._progress is not None:
+                self._progress.remove_task(episode)
         self._count(str(row.get("strategy")), row, skipped=False)
+
+    def turn(self, row: dict[str, Any]) -> None:
+        """One turn of an agent episode has ended: ``strategy``, ``budget``, ``repeat``,
+        ``item_id``, ``turn`` (from 1), ``max_turns``, and ``prompt_tokens``, ``latency_s``,
+        ``cached`` of its call; an episode runs for minutes, and its cell row comes only at the end."""
+        what = f"turn {row.get('turn')}/{row.get('max_turns', '?')} prompt={row.get('prompt_tokens')}"
+        if row.get("cached"):
+            what += " (cached)"
+        elif row.get("latency_s") is not None:
+            what += f" {float(row['latency_s']):.1f}s"
+        where = f"{row.get('strategy')} b={row.get('budget')} r{row.get('repeat', 0)} {row.get('item_id')}"
+        with self._lock:
+            if self._progress is not None:
+                key = _episode_key(row)
+                if key not in self._episodes:
+                    self._episodes[key] = self._progress.add_task(f"  {where}", total=None, turns="")
+                self._progress.update(self._episodes[key], turns=what)
+            elif self.mode == "plain":
+                self._write(f"{self._head()} {where}  {what}")
 
     def progress(self, strategy: str, cells: int) -> None:
         """The runner's ``progress``: cells this thread reported through ``finished`` are already
@@ -169,9 +232,19 @@ class Display:
                 self._write(self._cell_line(strategy, row, now))
 
     def close(self) -> None:
+        """Stop the bars; ``plain`` ends with the run's count, resumed cells included."""
         if self._progress is not None:
+            for key, task in self._tasks.items():
+                if key in self.counters:
+                    self._progress.update(task, total=self.counters[key].shown_total)
             self._progress.stop()
             self._progress = None
+        elif self.mode == "plain" and OVERALL in self.counters:
+            overall = self.counters[OVERALL]
+            line = f"{self._head()} cells: {overall.finished} run now, {overall.skipped} found done on disk"
+            if self.final and overall.done < overall.total:
+                line += f"; {overall.total - overall.done} not run (run the same command again to resume)"
+            self._write(line)
 
     # ----------------------------------------------------------------- plain lines
 
@@ -179,11 +252,19 @@ class Display:
         self.stream.write(line + "\n")
         self.stream.flush()
 
+    def _head(self) -> str:
+        """``[done/total pct]``, or ``[done/≥total]`` while the total may still grow."""
+        overall = self.counters[OVERALL]
+        total = overall.shown_total
+        width = len(str(total))
+        if not self.final:
+            return f"[{overall.done:>{width}}/>={total}]"
+        share = 100 * overall.done / total if total else 100
+        return f"[{overall.done:>{width}}/{total} {share:3.0f}%]"
+
     def _cell_line(self, strategy: str, row: dict[str, Any] | None, now: float) -> str:
         overall = self.counters[OVERALL]
-        share = 100 * overall.done / overall.total if overall.total else 100
-        width = len(str(overall.total))
-        head = f"[{overall.done:>{width}}/{overall.total} {share:3.0f}%]"
+        head = self._head()
         if row is None:
             return f"{head} {strategy}: cell done  {format_eta(overall.eta(self.started, now))}"
         where = f"{strategy} b={row.get('budget')} r{row.get('repeat', 0)} {row.get('item_id')}"
@@ -199,6 +280,10 @@ class Display:
         else:
             what = f"error ({row.get('phase', '?')}): {_short(str(row.get('cause', '')), 100)}"
         return f"{head} {where}  {what}  {format_eta(overall.eta(self.started, now))}"
+
+
+def _episode_key(row: dict[str, Any]) -> tuple:
+    return (row.get("strategy"), row.get("budget"), row.get("repeat", 0), row.get("item_id"))
 
 
 def _short(text: str, limit: int) -> str:

@@ -385,8 +385,10 @@ def test_plain_display_prints_one_line_per_cell_then_the_table_and_the_audit(tmp
             str(out),
         )
     assert result.returncode == 0, result.stderr
-    cell_lines = [line for line in result.stderr.splitlines() if re.match(r"^\[\s*\d+/12 ", line)]
+    counted = [line for line in result.stderr.splitlines() if re.match(r"^\[\s*\d+/12 ", line)]
+    *cell_lines, closing = counted
     assert len(cell_lines) == 12, result.stderr
+    assert closing == "[12/12 100%] cells: 12 run now, 0 found done on disk"
     assert all(re.search(r"eta \d+:\d\d$", line) for line in cell_lines), cell_lines
     assert any(" b=1024 " in line and " result quality=" in line for line in cell_lines)
     text = result.stderr
