@@ -306,6 +306,10 @@ seen = dict(
 r.get("strategy", "truncation")
 import wrapping_plugin
 seen.update(after={THIRD_PARTY}, calls=wrapping_plugin.CALLS)
+import click
+r.add_commands(click.Group())
+targets = {{p.name: p.value.split(".")[0] for p in r.declared()}}
+seen.update(with_commands={THIRD_PARTY}, adds_commands=sorted({{targets[n] for n in r.index()["commands"]}}))
 print(json.dumps(seen))
 """
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # a fresh index, built in a child process
@@ -317,6 +321,8 @@ print(json.dumps(seen))
     assert "ImportError: needs a library that is not installed" in seen["failed"]["broken-plugin"]
     assert "budgetbench-strategy-rag" in seen["versions"] and "broken-plugin" not in seen["versions"]
     assert seen["calls"] == ["register_strategies"]  # builtin-strategies' one implementation, wrapped
+    third_party = [m for m in seen["adds_commands"] if m != "budgetbench_core"]
+    assert third_party and seen["with_commands"] == third_party  # only the plugins that add commands
     assert list((tmp_path / "cache" / "budgetbench").glob("plugin-index-*.json"))
 
 
