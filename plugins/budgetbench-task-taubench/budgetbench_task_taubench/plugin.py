@@ -1,9 +1,12 @@
-"""Registers the ``tau-bench`` task and its dataset (the tau2-bench domain files)."""
+"""Registers the ``tau-bench`` task, its dataset (the tau2-bench domain files) and the ``taubench`` commands."""
 
 from budgetbench_core import Dataset, hookimpl
 
+from .commands import register_commands
 from .domain import PINNED_COMMIT
 from .task import TauBench
+
+__all__ = ["register_commands", "register_datasets", "register_tasks"]
 
 UPSTREAM = "sierra-research/tau2-bench"
 DOMAIN_FILES = {
