@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import interrupts
 from .config_file import config_option, copy_into_run
 from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .merge import merge_command
@@ -73,7 +74,12 @@ def _refuse_secret_option(ctx, param, value) -> None:
         raise click.UsageError(SECRET_OPTION_HINT)
 
 
-EXIT_OK, EXIT_ERRORED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_ERRORED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, interrupts.EXIT_INTERRUPTED
+
+
+def _say(line: str) -> None:
+    """A line of the interrupt handling, on stderr above any progress display."""
+    console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
 
 
 def execute(config: RunConfig, write_report: bool = True, display: str = "auto") -> int:
@@ -158,7 +164,8 @@ class BudgetBenchGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with interrupts.handled(_say):
+                return super().invoke(ctx)
         except (PluginError, RunConfigError, TaskDataError, RunLogError, FileNotFoundError, ValueError) as exc:
             for line in str(exc).splitlines() or [type(exc).__name__]:  # a PreflightError has one per problem
                 console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True, highlight=False)

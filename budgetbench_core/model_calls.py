@@ -18,6 +18,14 @@ when it has finished, so the server never holds more than ``max_connections`` ca
 caller, even from a coroutine that ignores cancellation. What it raises is classified as on
 the sync path.
 
+A backend may choose its attempts' total deadline (``total_deadline_s``): the embedded
+server has none and bounds each call by the server's progress instead, so a slow machine
+slows a call down rather than failing it, and what it raises then is not retried.
+
+The first Ctrl-C stops every caller of the process from sending (``stop_sending``): the
+attempts in flight (``calls_in_flight``, what the interrupt message says it waits for) may
+finish, nothing new goes out and nothing is retried.
+
 The prompt is serialised once: ``chat_json`` (``Gated.chat_json``) makes the cache key and
 is handed to the backend with the messages (``SentMessages.chat_json``) for its request body.
 """
@@ -27,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import random
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +52,10 @@ from .messages import Message, SentMessages
 from .sandbox import Deadline, PluginFailure, PluginRef, contained, describe_exception
 
 MAX_BACKOFF_S = 60.0
+# The total deadline of an attempt whose backend sets none (``total_deadline_s`` is None):
+# finite only because lock waits need a number; the cell's own deadline still applies.
+NO_TOTAL_DEADLINE_S = 10.0**7
+_CALLERS: weakref.WeakSet[ModelCaller] = weakref.WeakSet()
 
 
 class CallFailed(RuntimeError):
@@ -97,6 +111,31 @@ class _NotAwaitable:
     kind: str
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """One attempt being sent now: its backend, the seconds left of its total deadline (None:
+    the backend set none) and what the backend says it is doing (``activity()``)."""
+
+    plugin: str
+    remaining_s: float | None
+    activity: str | None
+
+
+def calls_in_flight() -> list[InFlight]:
+    """Every attempt in flight in this process, over all callers (for the first Ctrl-C's message)."""
+    found: list[InFlight] = []
+    for caller in list(_CALLERS):
+        found.extend(caller.in_flight())
+    return found
+
+
+def stop_sending(reason: str) -> None:
+    """Every caller of this process sends nothing more and retries nothing (the first Ctrl-C);
+    attempts already in flight may finish. Callers made afterwards are not affected."""
+    for caller in list(_CALLERS):
+        caller.stopping = reason
+
+
 class ModelCaller:
     """Calls one backend with a response cache, a connection limit, bounded retries and deadlines."""
 
@@ -124,16 +163,65 @@ class ModelCaller:
         self._async_slots: tuple[SharedLoop, asyncio.Semaphore] | None = None
         self._count_lock = threading.Lock()
         self.calls_made = 0
+        self.stopping: str | None = None  # why nothing more is sent (``stop_sending``)
+        self._flying: dict[int, Deadline | None] = {}  # attempts in flight: their total deadline
+        self._ids = itertools.count()
+        self._chosen: dict[float, float | None] = {}  # the backend's total_deadline_s, per timeout
+        _CALLERS.add(self)
+
+    def in_flight(self) -> list[InFlight]:
+        with self._count_lock:
+            deadlines = list(self._flying.values())
+        if not deadlines:
+            return []
+        activity = getattr(self.backend, "activity", None)
+        try:
+            said = activity() if callable(activity) else None
+        except Exception:  # noqa: BLE001 - a description only; the message goes out without it
+            said = None
+        what = said if isinstance(said, str) else None
+        return [InFlight(self.plugin.describe(), None if d is None else d.remaining(), what) for d in deadlines]
+
+    def _total_deadline(self, outer: Deadline | None) -> tuple[Deadline, bool]:
+        """The attempt's deadline and whether the backend set none (``total_deadline_s``, asked
+        once per timeout and contained: it is plugin code; None leaves only the cell's deadline)."""
+        choose = getattr(self.backend, "total_deadline_s", None)
+        if not callable(choose):
+            return Deadline.within(self.timeout_s, outer), False
+        if self.timeout_s not in self._chosen:
+            configured = self.timeout_s
+            seconds: object = contained("model", self.plugin, lambda: choose(configured), Deadline(configured))
+            if seconds is not None and (type(seconds) not in (int, float) or not seconds > 0):  # type: ignore[operator]
+                raise PluginFailure(
+                    "model",
+                    self.plugin,
+                    f"{self.plugin.describe()} total_deadline_s() returned {seconds!r}, not seconds or None",
+                )
+            self._chosen[configured] = None if seconds is None else float(seconds)  # type: ignore[arg-type]
+        chosen = self._chosen[self.timeout_s]
+        if chosen is None:
+            return Deadline.within(NO_TOTAL_DEADLINE_S, outer), True
+        return Deadline.within(chosen, outer), False
 
     def _count(self) -> None:
         with self._count_lock:
             self.calls_made += 1
 
     def _attempt(self, messages: Sequence[Message], params: GenerationParams, outer: Deadline | None) -> Completion:
-        """One attempt within min(timeout, the outer deadline); TransportError for a missed deadline."""
-        deadline = Deadline.within(self.timeout_s, outer)
-        if self._uses_async(deadline):
-            return self._attempt_async(messages, params, deadline)
+        """One attempt within min(its total deadline, the outer one); TransportError for a missed deadline."""
+        deadline, unbounded = self._total_deadline(outer)
+        key = next(self._ids)
+        with self._count_lock:
+            self._flying[key] = None if unbounded and outer is None else deadline
+        try:
+            if self._uses_async(deadline):
+                return self._attempt_async(messages, params, deadline)
+            return self._attempt_sync(messages, params, deadline)
+        finally:
+            with self._count_lock:
+                del self._flying[key]
+
+    def _attempt_sync(self, messages: Sequence[Message], params: GenerationParams, deadline: Deadline) -> Completion:
         with self._slots:
             try:
                 return plain_completion(
@@ -242,6 +330,8 @@ class ModelCaller:
             attempts += 1
             try:
                 with self.fail_fast.probe() if self.fail_fast else contextlib.nullcontext():
+                    if self.stopping:
+                        raise CallFailed(f"not sent: {self.stopping}", attempts - 1)
                     if self.fail_fast and self.fail_fast.stopped:  # a fatal error or a streak: send nothing more
                         raise CallFailed(f"not sent: the run is stopping ({self.fail_fast.cause})", attempts - 1)
                     completion = self._attempt(sent, params, deadline)
@@ -252,7 +342,7 @@ class ModelCaller:
                 self._count()
                 if self.fail_fast:
                     self.fail_fast.transport_failed(str(exc))
-                if attempts > self.retries or (self.fail_fast and self.fail_fast.stopped):
+                if attempts > self.retries or (self.fail_fast and self.fail_fast.stopped) or self.stopping:
                     raise CallFailed(f"transport error after {attempts} attempts: {exc}", attempts) from exc
                 delay = self.backoff_s * 2 ** (attempts - 1) * (1 + random.random() / 2)
                 if exc.retry_after is not None:

