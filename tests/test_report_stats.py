@@ -51,12 +51,13 @@ def test_graded_interval_is_never_degenerate():
 
 
 def test_the_issue_examples():
-    """Two items all one way are too few; 3 of 4 is not a result (exact sign test p = 0.25)."""
+    """Two items all one way are too few; 3 of 4 is too few to separate (no outcome of 4 items
+    is a result: the exact sign test needs 6 discordant items), never a tie."""
     two = paired_delta([1, 1], [0, 0])
     assert two.verdict == "too few items" and verdict(two) == "too few items"
     assert two.n == 2 and two.needed_n >= 3
     four = paired_delta([1, 1, 1, 0], [0, 0, 0, 0])
-    assert four.verdict == "not distinguished" and four.p_value == pytest.approx(0.25)
+    assert four.verdict == "too few items to separate" and four.p_value == pytest.approx(0.25)
     assert four.needed_n == 8  # the same proportions (6 of 8 discordant, all one way) give p = 0.031
     assert paired_delta([1, 1, 1, 1, 1, 1, 0, 0], [0] * 8).verdict == "higher"
     assert paired_delta([0] * 8, [1, 1, 1, 1, 1, 1, 0, 0]).verdict == "lower"
@@ -215,9 +216,9 @@ def test_a_three_way_tie_at_zero_is_no_crossover_and_violators_are_never_best():
     # A violator with the highest admitted quality is still not the best.
     grids = _grids({("a", 512): [0.0] * 30, ("c", 512): [1.0] * 30}, violations={("c", 512): 3})
     assert grids[0]["best"][512]["strategies"] == ["a"] and grids[0]["best"][512]["excluded"] == ["c"]
-    # Too few items to rank is said so.
+    # Too few items is said so.
     grids = _grids({("a", 512): [1.0, 1.0], ("b", 512): [0.0, 0.0]})
-    assert "t: too few items to rank at budget 512 (a, b)." in crossovers(grids)
+    assert "t: too few items to separate at budget 512 (a, b)." in crossovers(grids)
 
 
 def test_latency_percentiles_only_over_rows_that_called_the_model():

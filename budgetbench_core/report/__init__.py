@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from .data import ReportError
 
 FORMATS = ("csv", "md", "html", "json", "png")
 """Every output a report can write; ``png`` is the plots, which ``html`` (embedding them) writes too."""
 
-__all__ = ["FORMATS", "ReportError", "write_report"]
+__all__ = ["FORMATS", "ReportError", "summarise", "write_report"]
+
+
+def summarise(rows: Iterable[dict[str, Any]], binary: bool, prompts_only: bool = False) -> dict[Any, dict[str, Any]]:
+    """(task, strategy, budget) -> the cell's summary from terminal rows: what the report's
+    summary table shows, and what the terminal summary at the end of ``run`` prints (one
+    computation for both; see ``tables.summarise``)."""
+    from .tables import summarise as cells
+
+    return cells(rows, binary, prompts_only)
 
 
 def write_report(run_dir: Path, reference: str | None = None, formats: Iterable[str] = FORMATS) -> dict[str, Path]:

@@ -72,6 +72,13 @@ def report_command(run_dir: Path, reference: str | None, formats: tuple[str, ...
     default=None,
     help="Fewest scored (and paired) items a checked cell or comparison may have.",
 )
+@click.option(
+    "--metric",
+    type=click.Choice(["quality", "evidence"]),
+    default="quality",
+    show_default=True,
+    help="What --margin compares: quality, or evidence recall (all evidence kept; a prompts-only run has only this).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def gate_command(
     run_dir: Path,
@@ -81,6 +88,7 @@ def gate_command(
     reference: str | None,
     margin: float | None,
     min_items: int | None,
+    metric: str,
     as_json: bool,
 ) -> None:
     """Release gate: exit 0 when every check passes, 1 when any fails (2: usage error)."""
@@ -95,6 +103,7 @@ def gate_command(
         candidate,
         margin,
         min_items,
+        metric,
     )
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
@@ -141,6 +150,13 @@ def gate_command(
     show_default=True,
     help="Confidence level of the intervals the planned run will report.",
 )
+@click.option(
+    "--metric",
+    type=click.Choice(["quality", "evidence"]),
+    default="quality",
+    show_default=True,
+    help="What to plan for: quality, or evidence recall (all evidence kept; a prompts-only pilot has only this).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def plan_command(
     pilot_dir: Path,
@@ -149,6 +165,7 @@ def plan_command(
     assume_delta: float | None,
     power: float,
     confidence: float,
+    metric: str,
     as_json: bool,
 ) -> None:
     """Items needed per strategy pair and tier, planned from a pilot run."""
@@ -164,12 +181,7 @@ def plan_command(
         raise click.UsageError("give --delta (detect) or --margin (non-inferiority), not both")
     if delta == 0:
         raise click.UsageError("--delta must not be 0")
-    data = load_run(pilot_dir, with_prompts=False)
-    if any(r["event"] == "admitted" for r in data.rows.values()):
-        raise click.UsageError(
-            f"{pilot_dir} is a prompts-only run: it has no quality to plan from; plan from an answered pilot run"
-        )
-    rows = plan_table(data, delta, margin, assume_delta, confidence, power)
+    rows = plan_table(load_run(pilot_dir, with_prompts=False), delta, margin, assume_delta, confidence, power, metric)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str).replace("NaN", "null"))
         return
@@ -182,7 +194,10 @@ def plan_command(
         else "detect a difference (paired interval excludes 0)"
     )
     console = Console(width=max(100, Console().width))
-    console.print(f"{pilot_dir}: items needed to {goal} with {power:.0%} power at {confidence:.0%} confidence")
+    what = "evidence recall (all evidence kept)" if metric == "evidence" else "quality"
+    console.print(
+        f"{pilot_dir}: items needed to {goal} in {what} with {power:.0%} power at {confidence:.0%} confidence"
+    )
     for task, budget in sorted({(r["task"], r["budget"]) for r in rows}):
         table = Table(title=f"{task} @ {budget}")
         for column in ("candidate", "reference", "pilot items", "observed delta", "spread", "effect", "items needed"):

@@ -19,27 +19,13 @@ from typing import Any
 
 from . import stats, tables
 from .data import ReportError, RunData, load_run
-from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
-from .pairing import Pair, pair_values
+from .evidence import evidence_columns, has_evidence, prompts_only_summary
+from .pairing import pair_values
 
 
 def is_prompts_only(data: RunData) -> bool:
     return bool(data.manifest.get("config", {}).get("prompts_only")) or any(
         r["event"] == "admitted" for r in data.rows.values()
-    )
-
-
-def pair_evidence(candidate_rows: list[dict], reference_rows: list[dict], dropped: set[str]) -> Pair:
-    """Two cells' all-evidence-kept values over the marked items both have."""
-    cand = {k: v for k, v in item_evidence(candidate_rows)[0].items() if k not in dropped}
-    ref = {k: v for k, v in item_evidence(reference_rows)[0].items() if k not in dropped}
-    shared = sorted(set(cand) & set(ref))
-    return Pair(
-        [cand[i] for i in shared],
-        [ref[i] for i in shared],
-        shared,
-        sorted(set(ref) - set(cand)),
-        sorted(set(cand) - set(ref)),
     )
 
 
@@ -154,10 +140,9 @@ def compare_runs(
                 )
                 continue
             dropped = set(reference.ingest_losses().get(cell[0], {})) | set(data.ingest_losses().get(cell[0], {}))
-            if metric == "quality_all":
-                pair = pair_values(cells[cell], ref_cells[cell], dropped)
-            else:
-                pair = pair_evidence(cells[cell], ref_cells[cell], dropped)
+            pair = pair_values(
+                cells[cell], ref_cells[cell], dropped, "quality" if metric == "quality_all" else "evidence"
+            )
             delta = stats.paired_delta(pair.candidate, pair.reference)
             paired.append(
                 {

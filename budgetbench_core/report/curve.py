@@ -211,7 +211,9 @@ def auc_ranking(curves: list[dict[str, Any]], areas: dict[tuple[str, str], dict[
             if below:
                 mine, theirs = areas[(task, row["strategy"])], areas[(task, below["strategy"])]
                 shared = sorted(set(mine) & set(theirs))
-                delta = stats.paired_delta([mine[i] for i in shared], [theirs[i] for i in shared], binary=False)
+                delta = stats.paired_delta(
+                    [mine[i] for i in shared], [theirs[i] for i in shared], method=stats.GRADED_METHOD
+                )
                 a, b = [mine[i] for i in shared], [theirs[i] for i in shared]
                 entry |= {
                     "delta_next": delta.mean,

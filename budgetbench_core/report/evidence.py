@@ -25,6 +25,8 @@ import numpy as np
 from . import stats
 
 GATED = ("result", "violation", "admitted")  # rows whose prompt was built, counted and gated
+# Error phases where the strategy (or memory system) under test is at fault (tables.plugin_failure).
+PLUGIN_PHASES = frozenset({"reset", "strategy", "ingest", "retrieve"})
 
 
 def item_evidence(rows: Iterable[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
@@ -77,6 +79,7 @@ def prompts_only_summary(rows: list[dict[str, Any]], budget: int) -> dict[str, A
     errors = [r for r in rows if r["event"] == "error"]
     gated = len(admitted) + len(violations)
     used = [float(r["prompt_tokens"]) for r in admitted]
+    failures = sum(r.get("phase") in PLUGIN_PHASES for r in errors)
     counts: dict[str, int] = defaultdict(int)
     for r in errors:
         counts[r.get("phase") or "unknown"] += 1
@@ -86,6 +89,9 @@ def prompts_only_summary(rows: list[dict[str, Any]], budget: int) -> dict[str, A
         "admitted": len(admitted),
         "violations": len(violations),
         "errors": len(errors),
+        "plugin_errors": failures,
+        "harness_errors": len(errors) - failures,
+        "incomplete": len(errors) > failures,
         "error_causes": "; ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
         "violation_rate": len(violations) / gated if gated else math.nan,
         "used_tokens_mean": _mean(used),

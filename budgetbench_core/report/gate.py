@@ -3,7 +3,9 @@
 Each check has a figure and passes or fails; the gate passes only when every check does.
 With ``--candidate`` the per-cell checks cover that cell only (a reference such as
 full_context may violate the budget by design); without it they cover every cell.
-A check on too few items fails and says how many are needed.
+A check on too few items fails and says how many are needed. ``metric`` picks what the
+non-inferiority check compares: quality, or evidence recall (``--metric evidence``: the
+model-free figure of a prompts-only run).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from . import stats
 from .data import RunData
 from .evidence import GATED  # result, violation, and a prompts-only run's admitted rows
-from .pairing import Cell, find_cell, pair_cells
+from .pairing import Cell, check_metric, find_cell, pair_cells
 from .plan import plan_pair
 
 
@@ -91,9 +93,12 @@ def _cell_checks(
     return checks
 
 
-def _non_inferiority(data: RunData, candidate: Cell, reference: Cell, margin: float, min_items: int | None) -> Check:
-    name, label = "non-inferiority", f"{_label(candidate)} vs {_label(reference)}"
-    pair = pair_cells(data, candidate, reference)
+def _non_inferiority(
+    data: RunData, candidate: Cell, reference: Cell, margin: float, min_items: int | None, metric: str
+) -> Check:
+    name = "non-inferiority" + (" (evidence recall)" if metric == "evidence" else "")
+    label = f"{_label(candidate)} vs {_label(reference)}"
+    pair = pair_cells(data, candidate, reference, metric)
     delta = stats.paired_delta(pair.candidate, pair.reference)
     missing = len(pair.missing_in_candidate) + len(pair.missing_in_reference)
     note = (
@@ -101,7 +106,7 @@ def _non_inferiority(data: RunData, candidate: Cell, reference: Cell, margin: fl
         if missing
         else ""
     )
-    plan = plan_pair(pair.candidate, pair.reference, data.binary, margin=margin)
+    plan = plan_pair(pair.candidate, pair.reference, margin=margin)
     needed = max(plan.needed or 0, min_items or 0) or None
     if delta.verdict == stats.TOO_FEW or math.isnan(delta.low):
         want = max(needed or 0, delta.needed_n or 0, delta.min_n)
@@ -148,6 +153,7 @@ def gate(
     candidate: str | None = None,
     margin: float | None = None,
     min_items: int | None = None,
+    metric: str = "quality",
 ) -> GateResult:
     """Every check of the gate on ``data``; options as the ``budgetbench gate`` command."""
     if margin is not None and (reference is None or candidate is None):
@@ -165,17 +171,6 @@ def gate(
     for cell in [cand_cell] if cand_cell else list(cells):
         result.checks += _cell_checks(cell, cells[cell], max_violation_rate, max_error_rate, min_items)
     if margin is not None and cand_cell is not None and ref_cell is not None:  # both given: checked above
-        if not any(r["event"] == "result" for r in cells[cand_cell] + cells[ref_cell]) and data.manifest.get(
-            "config", {}
-        ).get("prompts_only"):
-            result.checks.append(
-                Check(
-                    "non-inferiority",
-                    f"{candidate} vs {reference}",
-                    False,
-                    "a prompts-only run has no quality to compare",
-                )
-            )
-        else:
-            result.checks.append(_non_inferiority(data, cand_cell, ref_cell, margin, min_items))
+        check_metric(data, metric, "gate")
+        result.checks.append(_non_inferiority(data, cand_cell, ref_cell, margin, min_items, metric))
     return result

@@ -2,7 +2,9 @@
 
 A strategy is called best at a budget only when every other strategy's paired delta against
 it (same items) is distinguished as lower; strategies not distinguished from the top point
-estimate are tied with it, and the grid says so rather than ranking them. Harness controls
+estimate are tied with it, and the grid says so rather than ranking them; when a comparison's
+items are too few for any outcome to separate the two (0/4 against 4/4), the grid says "too
+few items to separate", never "tie". Harness controls
 (``control:`` strategies) have a row, marked, as a reference: they are never ranked.
 """
 
@@ -63,11 +65,11 @@ def best_at_each_budget(
                 delta = stats.paired_delta([other[i] for i in shared], [top_values[i] for i in shared])
                 if delta.verdict != stats.LOWER:
                     tied.append(row["strategy"])
-                    too_few = too_few or delta.verdict == stats.TOO_FEW
+                    too_few = too_few or delta.verdict in stats.NO_VERDICT
             if len(tied) == 1:
                 status, text = "best", f"{top['strategy']} (every other strategy distinguished lower)"
             elif too_few:
-                status, text = "too few items", f"too few items to rank {', '.join(tied)}"
+                status, text = "too few items", f"too few items to separate {', '.join(tied)}"
             else:
                 status, text = "tied", f"tie: {', '.join(tied)} (not distinguished)"
             best[budget] = {"status": status, "strategies": tied, "excluded": excluded, "text": text}

@@ -26,7 +26,7 @@ from . import stats
 from .curve import is_control
 from .data import RunData
 from .noise import cell_noise, repeat_values
-from .pairing import pair_cells
+from .pairing import NOISE_METRIC, check_metric, pair_cells
 from .power import CONFIDENCE, POWER, binary_items_needed, graded_items_needed
 
 __all__ = ["Plan", "binary_items_needed", "graded_items_needed", "plan_pair", "plan_table"]
@@ -46,14 +46,9 @@ class Plan:
     reason: str = ""
 
 
-def is_binary(values: Sequence[float] | np.ndarray) -> bool:
-    return all(v in (0.0, 1.0) for v in values)
-
-
 def plan_pair(
     candidate: Sequence[float],
     reference: Sequence[float],
-    binary: bool,
     delta: float | None = None,
     margin: float | None = None,
     assume_delta: float | None = None,
@@ -63,13 +58,14 @@ def plan_pair(
     """Plan from pilot values of two cells over the same items.
 
     Detect: ``delta`` (default: the pilot's observed delta). Non-inferiority (``margin``):
-    the true delta is assumed to be ``assume_delta`` (default: the observed delta).
+    the true delta is assumed to be ``assume_delta`` (default: the observed delta). The
+    formula follows the report's paired method for these values (``stats.paired_method``).
     """
     a, b = np.asarray(candidate, dtype=float), np.asarray(reference, dtype=float)
     d = a - b
     n_pilot = int(d.size)
     observed = float(d.mean()) if n_pilot else math.nan
-    binary = binary and is_binary(a) and is_binary(b)
+    binary = stats.paired_method(a, b) == stats.BINARY_METHOD
     if binary:
         spread, kind = (float(np.mean(d != 0)) if n_pilot else math.nan), "discordance"
     else:
@@ -113,25 +109,28 @@ def plan_table(
     assume_delta: float | None = None,
     confidence: float = CONFIDENCE,
     power: float = POWER,
+    metric: str = "quality",
 ) -> list[dict[str, Any]]:
     """One row per pair of strategies at each budget tier (earlier strategy as reference);
     controls (``control:`` strategies) are never paired. With repeats, also ``flip_rate`` (the
-    larger of the two cells') and ``needed_one_repeat``."""
+    larger of the two cells') and ``needed_one_repeat``. ``metric``: quality, or evidence
+    recall (``--metric evidence``, what a prompts-only pilot has)."""
+    check_metric(data, metric, "plan")
     cells = data.cells()
     order = [s for s in data.strategy_order() if not is_control(s)]
     table = []
     for task, budget in sorted({(c[0], c[2]) for c in cells}):
         here = [s for s in order if (task, s, budget) in cells]
         for ref, cand in combinations(here, 2):
-            pair = pair_cells(data, (task, cand, budget), (task, ref, budget))
-            plan = plan_pair(
-                pair.candidate, pair.reference, data.binary, delta, margin, assume_delta, confidence, power
-            )
+            pair = pair_cells(data, (task, cand, budget), (task, ref, budget), metric)
+            plan = plan_pair(pair.candidate, pair.reference, delta, margin, assume_delta, confidence, power)
             row = {"task": task, "budget": budget, "candidate": cand, "reference": ref, **asdict(plan)}
-            noise = [cell_noise(cells[(task, s, budget)]) for s in (cand, ref)]
+            noise = [cell_noise(cells[(task, s, budget)], NOISE_METRIC[metric]) for s in (cand, ref)]
             if all(noise):
-                single = _single_repeat_pairs(cells[(task, cand, budget)], cells[(task, ref, budget)], pair.items)
-                one = plan_pair(*single, data.binary, delta, margin, assume_delta, confidence, power)
+                single = _single_repeat_pairs(
+                    cells[(task, cand, budget)], cells[(task, ref, budget)], pair.items, NOISE_METRIC[metric]
+                )
+                one = plan_pair(*single, delta, margin, assume_delta, confidence, power)
                 row |= {
                     "repeats": min(n["repeats"] for n in noise),
                     "flip_rate": max(n["flip_rate"] for n in noise),
@@ -143,9 +142,9 @@ def plan_table(
     return table
 
 
-def _single_repeat_pairs(candidate_rows, reference_rows, items) -> tuple[list[float], list[float]]:
+def _single_repeat_pairs(candidate_rows, reference_rows, items, metric: str) -> tuple[list[float], list[float]]:
     """Repeat k of the candidate against repeat k of the reference, for every shared item and k."""
-    cand, ref = repeat_values(candidate_rows), repeat_values(reference_rows)
+    cand, ref = repeat_values(candidate_rows, metric), repeat_values(reference_rows, metric)
     pairs = [
         (cand[i][k], ref[i][k]) for i in items if i in cand and i in ref for k in sorted(set(cand[i]) & set(ref[i]))
     ]

@@ -2,9 +2,14 @@
 
 How rows are scored (stated in every output):
 - a ``result`` row scores its quality, a ``violation`` row scores 0;
-- an ``error`` row is not scored at all: it is counted and listed with its cause;
+- an ``error`` the strategy under test caused (phases ``PLUGIN_PHASES``: its reset, apply,
+  ingest or retrieve failed) scores 0 like a violation, so a strategy cannot raise its number
+  by failing on the items it would lose;
+- any other ``error`` (the harness, the server, the task or grader) is not scored: the cell is
+  *incomplete* until a resume finishes it, and the headline says so;
 - an item's value is the mean over its scored repeats; intervals are over items.
-"quality (all)" counts violations as 0; "quality (admitted)" uses result rows only.
+"quality (all)" counts violations and the strategy's errors as 0; "quality (scored)" leaves the
+strategy's errors out; "quality (admitted)" uses result rows only.
 """
 
 from __future__ import annotations
@@ -20,30 +25,41 @@ import numpy as np
 from . import stats
 from .curve import is_control
 from .data import RunData
+from .evidence import PLUGIN_PHASES, prompts_only_summary
 from .power import detectable_effect, pair_spread
 
 ERROR_POLICY = (
-    "Errors (failed strategy, model or grading calls) are never scored: they are counted per cell "
-    "with their causes and listed. 'quality (all)' averages every scored item with violations "
-    "counted as 0; 'quality (admitted)' averages items that had a result row (prompt within budget)."
+    "An error the strategy under test caused (its reset, apply, ingest or retrieve failed) is a "
+    "failure: 'quality (all)' scores it 0, like a violation, over every item; 'quality (scored)' "
+    "leaves it out. Any other error (harness, server, task or grader) is never scored: its cell "
+    "is incomplete until a resume finishes it. Every error is counted per cell with its cause and "
+    "listed. 'quality (admitted)' averages items that had a result row (prompt within budget)."
 )
 
 
-def _scored(row: dict[str, Any]) -> float | None:
+def plugin_failure(row: dict[str, Any]) -> bool:
+    """An error row the strategy under test caused (scored 0), as opposed to one of the harness."""
+    return row["event"] == "error" and row.get("phase") in PLUGIN_PHASES
+
+
+def _scored(row: dict[str, Any], with_failures: bool) -> float | None:
     if row["event"] == "result":
         return float(row["quality"])
-    if row["event"] == "violation":
+    if row["event"] == "violation" or (with_failures and plugin_failure(row)):
         return 0.0
     return None
 
 
-def item_values(rows: Iterable[dict[str, Any]], admitted_only: bool = False) -> dict[str, float]:
-    """item_id -> mean scored value over its repeats (errors skipped, items with none left out)."""
+def item_values(
+    rows: Iterable[dict[str, Any]], admitted_only: bool = False, with_failures: bool = True
+) -> dict[str, float]:
+    """item_id -> mean scored value over its repeats: the strategy's own errors 0 unless not
+    ``with_failures``, other errors skipped, items with nothing scored left out."""
     per_item: dict[str, list[float]] = defaultdict(list)
     for row in rows:
         if admitted_only and row["event"] != "result":
             continue
-        value = _scored(row)
+        value = _scored(row, with_failures)
         if value is not None:
             per_item[str(row["item_id"])].append(value)
     return {item: float(np.mean(values)) for item, values in per_item.items()}
@@ -71,8 +87,10 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
     results = [r for r in rows if r["event"] == "result"]
     violations = [r for r in rows if r["event"] == "violation"]
     errors = [r for r in rows if r["event"] == "error"]
+    failures = sum(plugin_failure(r) for r in errors)
     scored = len(results) + len(violations)
     all_items = stats.estimate(list(item_values(rows).values()), binary)
+    scored_items = stats.estimate(list(item_values(rows, with_failures=False).values()), binary)
     admitted = stats.estimate(list(item_values(rows, admitted_only=True).values()), binary)
     used = [float(r["prompt_tokens"]) for r in results]
     costs = [r["cost"] for r in results if r.get("cost") is not None]
@@ -87,9 +105,13 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "results": len(results),
         "violations": len(violations),
         "errors": len(errors),
+        "plugin_errors": failures,
+        "harness_errors": len(errors) - failures,
+        "incomplete": len(errors) > failures,
         "error_causes": error_causes(rows),
         "violation_rate": len(violations) / scored if scored else math.nan,
         **_quality_columns("quality_all", all_items),
+        **_quality_columns("quality_scored", scored_items),
         **_quality_columns("quality_admitted", admitted),
         "interval": all_items.method,
         "used_tokens_mean": _mean(used),
@@ -143,18 +165,49 @@ def episode_columns(rows: list[dict[str, Any]], binary: bool) -> dict[str, Any]:
     }
 
 
+def summarise(
+    rows: Iterable[dict[str, Any]], binary: bool, prompts_only: bool = False
+) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """(task, strategy, budget) -> the cell's summary, from terminal rows: the one computation
+    behind the report's summary table and the terminal summary printed at the end of ``run``.
+
+    Each value is ``cell_summary`` (``prompts_only``: ``prompts_only_summary``, no quality)
+    plus ``estimate``, the headline quality (all) as a ``stats.Estimate`` (None when nothing
+    was scored)."""
+    grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[(str(row["task"]), str(row["strategy"]), int(row["budget"]))].append(row)
+    cells = {}
+    for (task, strategy, budget), cell_rows in grouped.items():
+        if prompts_only:
+            cells[(task, strategy, budget)] = {**prompts_only_summary(cell_rows, budget), "estimate": None}
+            continue
+        summary = cell_summary(cell_rows, binary, budget)
+        estimate = stats.Estimate(
+            summary["quality_all"],
+            summary["quality_all_low"],
+            summary["quality_all_high"],
+            summary["quality_all_n"],
+            summary["interval"],
+        )
+        cells[(task, strategy, budget)] = {**summary, "estimate": estimate if estimate.n else None}
+    return cells
+
+
 def summary_table(data: RunData) -> list[dict[str, Any]]:
     approximate = data.approximate
+    summaries = summarise(data.rows.values(), data.binary)
     table = []
-    for (task, strategy, budget), rows in data.cells().items():
+    for task, strategy, budget in data.cells():
         regime = (data.manifest.get("strategies", {}).get(strategy) or {}).get("regime")
+        summary = {k: v for k, v in summaries[(task, strategy, budget)].items() if k != "estimate"}
         table.append(
             {
                 "task": task,
                 "strategy": strategy,
                 "regime": regime,
                 "budget": budget,
-                **cell_summary(rows, data.binary, budget),
+                **summary,
                 "approximate_counts": approximate,
             }
         )
@@ -250,7 +303,7 @@ def paired_table(data: RunData, reference: str | None) -> list[dict[str, Any]]:
         missing_cand = sorted(seen - dropped - set(cand_values))
         missing_ref = sorted(seen - dropped - set(ref_values))
         cand_shared, ref_shared = [cand_values[i] for i in shared], [ref_values[i] for i in shared]
-        delta = stats.paired_delta(cand_shared, ref_shared, binary=data.binary)
+        delta = stats.paired_delta(cand_shared, ref_shared)
         table.append(
             {
                 "task": cand[0],
@@ -315,7 +368,7 @@ def crossovers(grids: list[dict[str, Any]]) -> list[str]:
                 )
         for status, words in (
             ("tied", "tie (not distinguished, no best strategy)"),
-            ("too few items", "too few items to rank"),
+            ("too few items", "too few items to separate"),
         ):
             where = [f"{b} ({', '.join(best[b]['strategies'])})" for b in budgets if best[b]["status"] == status]
             if where:
@@ -344,6 +397,29 @@ def non_monotone(summary: list[dict[str, Any]]) -> list[str]:
                     + (" (intervals overlap: not distinguished)." if overlap else " (intervals do not overlap).")
                 )
     return notes
+
+
+def monotone_note(summary: list[dict[str, Any]]) -> list[str]:
+    """The non-monotone findings, or that every curve is non-decreasing: said only when some
+    strategy has a quality at two budgets (a run that scored nothing claims nothing)."""
+    notes = non_monotone(summary)
+    curves: dict[tuple[str, str], int] = Counter(
+        (r["task"], r["strategy"]) for r in summary if not math.isnan(r["quality_all"])
+    )
+    if notes or not any(n >= 2 for n in curves.values()):
+        return notes
+    return ["Every strategy's quality is non-decreasing in the budget."]
+
+
+def incomplete_cells(summary: list[dict[str, Any]]) -> list[str]:
+    """Cells whose harness or server errors left items unscored, for the headline."""
+    short = [f"{r['strategy']}@{r['budget']} ({r['harness_errors']})" for r in summary if r.get("incomplete")]
+    if not short:
+        return []
+    return [
+        f"INCOMPLETE: {len(short)} cells have errors of the harness or server (not scored, not the "
+        f"strategy's fault) and stay incomplete until a resume finishes them: {', '.join(short)}."
+    ]
 
 
 def completeness(data: RunData, summary: list[dict[str, Any]]) -> list[str]:

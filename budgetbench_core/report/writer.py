@@ -58,7 +58,7 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
             "every table is labelled so."
         )
     findings += tables.crossovers(pivot)
-    findings += tables.non_monotone(summary) or ["Every strategy's quality is non-decreasing in the budget."]
+    findings += tables.monotone_note(summary)
     distinguished = [r for r in paired if r["result"] in ("higher", "lower")]
     for row in distinguished:
         findings.append(
@@ -68,11 +68,11 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
         )
     if paired and not distinguished:
         findings.append("No paired difference is distinguished from zero at 95%: the report makes no ranking claim.")
-    few = [r for r in paired if r["result"] == "too few items"]
+    few = [r for r in paired if r["result"] in tables.stats.NO_VERDICT]
     if few:
         findings.append(
-            f"{len(few)} paired comparisons have too few items for a verdict (fewer than "
-            f"{tables.stats.MIN_PAIRED_ITEMS}); the most needed: {max(r['needed_items'] for r in few)} items."
+            f"{len(few)} paired comparisons have too few items to separate the two cells (no outcome "
+            f"over so few items could be a result); the most needed: {max(r['needed_items'] for r in few)} items."
         )
     for row in summary:
         if row["violations"]:
@@ -82,10 +82,19 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
                 f"(quality all {fmt(row['quality_all'])} vs admitted {fmt(row['quality_admitted'])})."
             )
     findings += tables.completeness(data, summary)
-    if errors:
+    failures = [r for r in errors if r["phase"] in tables.PLUGIN_PHASES]
+    if failures:
         findings.append(
-            f"{len(errors)} error rows (not scored; listed under Errors): "
-            + tables.error_causes(r | {"event": "error"} for r in errors)
+            f"{len(failures)} error rows caused by the strategy under test, scored 0 in quality (all) "
+            "like violations (quality (scored) leaves them out; listed under Errors): "
+            + tables.error_causes(r | {"event": "error"} for r in failures)
+            + "."
+        )
+    if len(errors) > len(failures):
+        findings.append(
+            f"{len(errors) - len(failures)} error rows of the harness or server (not scored; listed under "
+            "Errors): "
+            + tables.error_causes(r | {"event": "error"} for r in errors if r["phase"] not in tables.PLUGIN_PHASES)
             + "."
         )
     for task, lost in sorted(data.ingest_losses().items()):
@@ -293,6 +302,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
             "served_mismatches": [],
             "served_checked": 0,
             "served_unreported": 0,
+            "incomplete": [],
             "findings": _prompts_only_findings(summary, pivot, errors, curve_context.pop("curve_findings")),
             **curve_context,
         }
@@ -355,7 +365,10 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "served_mismatches": mismatches,
         "served_checked": served_checked,
         "served_unreported": data.served_unreported(),
-        "findings": curve_context.pop("curve_findings") + _findings(data, summary, paired, errors, mismatches, pivot),
+        "incomplete": tables.incomplete_cells(summary),
+        "findings": tables.incomplete_cells(summary)
+        + curve_context.pop("curve_findings")
+        + _findings(data, summary, paired, errors, mismatches, pivot),
         **curve_context,
     }
 
@@ -364,8 +377,11 @@ def _pivot_cell(row: dict[str, Any] | None, metric: str) -> str:
     if row is None:
         return "–"
     value = f"{fmt(row.get(metric))} [{fmt(row.get(metric + '_low'))}, {fmt(row.get(metric + '_high'))}]"
-    return f"{value}, viol. {fmt(row.get('violation_rate'), 2)}" + (
-        f", {row['errors']} err." if row.get("errors") else ""
+    failed, harness = row.get("plugin_errors", 0), row.get("harness_errors", row.get("errors", 0))
+    return (
+        f"{value}, viol. {fmt(row.get('violation_rate'), 2)}"
+        + (f", {failed} failed (0)" if failed else "")
+        + (f", {harness} err., incomplete" if harness else "")
     )
 
 
@@ -393,8 +409,13 @@ def _headline_markdown(context: dict[str, Any]) -> list[str]:
     lines = [
         "## Headline: strategies ranked by area under the budget curve (AUC)",
         "",
+        *[f"**{note}**\n" for note in context["incomplete"]],
         "The ranking uses the AUC: each strategy's "
-        + ("evidence recall" if context["prompts_only"] else "quality (all items, violations = 0)")
+        + (
+            "evidence recall"
+            if context["prompts_only"]
+            else "quality (all items, violations and the strategy's errors = 0)"
+        )
         + " integrated over log(budget) from the smallest to the largest tier run, normalised to [0, 1], "
         "over the items it scored at every tier, with its 95% interval. Each strategy is compared with the "
         "next one down by the paired difference of per-item areas; MDE is the smallest difference that "
