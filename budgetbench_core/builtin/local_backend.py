@@ -8,8 +8,8 @@ path as any OpenAI-compatible server; prompts are counted by the server itself.
 A call to it has no total deadline: on a loaded machine a long prompt may take minutes and
 still be fine, and a retry would start it again from scratch. Instead each call is watched
 through the server's ``/slots``: it fails (not retried) only when the server has made no
-progress for its stall limit, the larger of ``--timeout`` and ten times the longest step the
-server has been seen to take in this run; past ``--timeout`` a call says once per
+progress for its stall limit, the largest of ``--timeout``, 60 s and ten times the longest step
+the server has been seen to take in this run; past ``--timeout`` a call says once per
 ``--timeout`` that it is still working, and how far it has got.
 """
 
@@ -50,6 +50,9 @@ OMP_WAIT_POLICY: str | None = "PASSIVE"
 STEP_TOKENS = 512
 POLL_S = 1.0  # how often a waiting call looks at /slots (one look serves every call)
 STALL_STEPS = 10.0  # a call stalls after this many times the longest step seen, at least --timeout
+# ...and at least this long: before a step is measured, a first 512-token step on a machine
+# with a load of 10 on 2 cores took over 10 s (a short --timeout must not fail it).
+MIN_STALL_S = 60.0
 
 
 def default_model_path() -> Path:
@@ -168,11 +171,11 @@ class LocalBackend(LiteLLMBackend):
         """Seconds without progress after which a call has failed."""
         if self.stall_s is not None:
             return self.stall_s
-        return max(self.timeout_s, STALL_STEPS * self.watch.longest_step_s)
+        return max(self.timeout_s, MIN_STALL_S, STALL_STEPS * self.watch.longest_step_s)
 
     def activity(self) -> str:
         """What the server was doing at the last look (for progress notes and the Ctrl-C message)."""
-        return self.watch.describe(self.stall_limit_s())
+        return f"{self.watch.describe()}, stall limit {self.stall_limit_s():.0f} s"
 
     def _timeout(self) -> aiohttp.ClientTimeout:
         """No per-read timeout: the server sends nothing until the reply is done; the watch bounds it."""
@@ -197,15 +200,15 @@ class LocalBackend(LiteLLMBackend):
                 idle = now - max(started, self.watch.changed)
                 if idle > limit:
                     raise ResponseError(
-                        f"the embedded llama.cpp server made no progress for {idle:.0f} s (stall limit "
-                        f"{limit:.0f} s; {self.watch.describe(limit)}); not retried. On a busy machine "
-                        f"raise --timeout or lower --max-concurrency"
+                        f"the embedded llama.cpp server made no progress for {idle:.0f} s, past its stall "
+                        f"limit of {limit:.0f} s ({self.watch.describe()}); on a busy machine raise --timeout "
+                        f"or lower --max-concurrency"
                     )
                 if now - noted >= self.timeout_s:
                     noted = now
                     sys.stderr.write(
                         f"note: a call to the embedded model has run {now - started:.0f} s and is still "
-                        f"working ({self.watch.describe(limit)}); it has no total deadline\n"
+                        f"working ({self.activity()}); it has no total deadline\n"
                     )
         finally:
             if not call.done():
@@ -265,14 +268,14 @@ class ServerWatch:
                 self.longest_step_s = max(self.longest_step_s, moment - self.changed)
             self._signature, self.changed, self.slots = signature, moment, slots
 
-    def describe(self, limit: float) -> str:
+    def describe(self) -> str:
         busy = [
-            f"slot {s.get('id')}: prompt {s.get('n_prompt_tokens_processed', '?')}/{s.get('n_prompt_tokens', '?')} "
-            f"tokens, {_decoded(s)} generated"
+            f"slot {s.get('id')}: {s.get('n_prompt_tokens_processed', '?')} prompt tokens processed, "
+            f"{_decoded(s)} generated"
             for s in self.slots
         ]
         since = time.monotonic() - self.changed
-        return f"{'; '.join(busy) or 'no slot busy at the last look'}; last progress {since:.0f} s ago, stall limit {limit:.0f} s"
+        return f"{'; '.join(busy) or 'no slot busy at the last look'}; last progress {since:.0f} s ago"
 
 
 def _decoded(slot: dict[str, Any]) -> Any:
