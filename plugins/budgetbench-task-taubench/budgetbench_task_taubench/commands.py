@@ -32,7 +32,10 @@ def register_commands(cli):
     @click.option("--model-name", default=None, help="Model name on the leaderboard (default: the run's --model).")
     @click.option("--strategy", default=None, help="The cell's strategy, when a run has more than one.")
     @click.option("--budget", type=int, default=None, help="The cell's budget, when a run has more than one.")
-    def export_command(run_dirs, out, model_organization, submitting_organization, email, model_name, strategy, budget):
+    @click.option("--data", default=None, help="A fixed domain folder: rewards regraded on it (one RUN_DIR).")
+    def export_command(
+        run_dirs, out, model_organization, submitting_organization, email, model_name, strategy, budget, data
+    ):
         """Write upstream's submission.json and trajectory files from one run per domain (retail, airline, telecom)."""
         from .leaderboard import export
         from .replay import ReplayError
@@ -47,6 +50,7 @@ def register_commands(cli):
                 model_name=model_name,
                 strategy=strategy,
                 budget=budget,
+                data=data,
             )
         except ReplayError as exc:
             raise click.UsageError(str(exc)) from None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .domain import PINNED_COMMIT
+from .regrade import data_digest
 from .replay import Played, ReplayError, play_run
 
 CEILING = "full_context"  # the whole history every call: the strategy that leaves the agent's context as upstream
@@ -151,21 +152,22 @@ def _cell(played: list[Played], strategy: str | None, budget: int | None, where:
     return [p for p in played if (p.key[1], p.key[2]) == chosen[0]]
 
 
-def domain_export(run_dir: Path, strategy: str | None, budget: int | None) -> dict[str, Any]:
-    """One domain of the submission: its trajectory file, results and why it is custom."""
+def domain_export(run_dir: Path, strategy: str | None, budget: int | None, data: str | None = None) -> dict[str, Any]:
+    """One domain of the submission: its trajectory file, results and why it is custom; with ``data``
+    (a fixed domain folder) the rewards are regraded on it, as ``budgetbench taubench regrade`` does."""
     from budgetbench_core import pass_k
 
-    manifest, task, played = play_run(run_dir)
+    manifest, task, played = play_run(run_dir, data)
     domain = task.options["domain"]
     if domain not in LEADERBOARD_DOMAINS:
         raise ReplayError(f"{run_dir}: domain {domain!r} is not on the leaderboard ({', '.join(LEADERBOARD_DOMAINS)})")
     played = _cell(played, strategy, budget, run_dir)
-    for p in played:
+    for p in played if data is None else ():
         if p.outcome is not None and p.outcome["reward"] != p.row["quality"]:
             raise ReplayError(
                 f"{run_dir}: task {p.key[4]} repeat {p.key[3]} plays back to reward {p.outcome['reward']}, the run "
-                f"recorded {p.row['quality']}: the task data changed since the run; run `budgetbench taubench "
-                "regrade` and export that"
+                f"recorded {p.row['quality']}: the task data changed since the run; export with --data <the fixed "
+                "folder> to regrade it (see `budgetbench taubench regrade`)"
             )
     config = manifest.get("config") or {}
     graded = [p for p in played if p.row["event"] != "error"]
@@ -228,6 +230,10 @@ def domain_export(run_dir: Path, strategy: str | None, budget: int | None) -> di
         "flip_rate": figures.get("flip_rate"),
         "cell": f"{strategy_name}@{budget_value}",
         "evaluation_date": str(manifest.get("started") or "")[:10] or None,
+        "regraded": None
+        if data is None
+        else f"{domain} rewards regraded from the stored episodes on the task data at {task.folder} "
+        f"(sha256 {data_digest(task.folder, domain)[:16]})",
     }
 
 
@@ -241,9 +247,12 @@ def export(
     model_name: str | None = None,
     strategy: str | None = None,
     budget: int | None = None,
+    data: str | None = None,
 ) -> dict[str, Any]:
     """Write ``out`` (submission.json) and ``trajectories/`` beside it; return the submission."""
-    parts = [domain_export(Path(d), strategy, budget) for d in run_dirs]
+    if data is not None and len(run_dirs) != 1:
+        raise ReplayError(f"--data is one domain's fixed folder: give one run directory with it, not {len(run_dirs)}")
+    parts = [domain_export(Path(d), strategy, budget, data) for d in run_dirs]
     domains = [p["domain"] for p in parts]
     if len(set(domains)) != len(domains):
         raise ReplayError(f"one run per domain: {', '.join(domains)} (upstream takes one result per domain)")
@@ -279,7 +288,8 @@ def export(
             "user_simulator": parts[0]["user"],
             "notes": "Run with BudgetBench's own implementation of the tau2 domains and orchestrator. "
             + ("Custom because " + "; ".join(reasons) + ". " if reasons else "")
-            + (flips + "." if flips else ""),
+            + (flips + ". " if flips else "")
+            + "".join(p["regraded"] + ". " for p in parts if p["regraded"]),
             "verification": {
                 "modified_prompts": any("JSON actions" in r for r in reasons),
                 "omitted_questions": any(p["omitted"] for p in parts),
