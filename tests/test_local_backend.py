@@ -39,6 +39,9 @@ def test_passive_waiting_is_applied_and_recorded():
     assert openmp["applied_before_import"] is True
     # the measured choice: one generation thread, every core for prompt processing
     assert result["describe"]["threads"] == {"generation": 1, "batch": os.cpu_count()}
+    # how a call is bounded is recorded too: no total deadline, a stall limit from --timeout and the steps
+    assert result["describe"]["total_deadline_s"] is None and result["describe"]["step_tokens"] == 512
+    assert result["describe"]["stall_limit"] == {"at_least_s": 120.0, "longest_steps": 10.0}
 
 
 @pytest.mark.slow

@@ -229,6 +229,12 @@ class LocalBackend(LiteLLMBackend):
             "context_per_slot": self.context_per_slot,
             "served_as": self.model,
             "threads": {"generation": self.threads, "batch": self.batch_threads},
+            "step_tokens": STEP_TOKENS,
+            # how one call is bounded: no total deadline on the direct client, a stall limit instead
+            "total_deadline_s": self.total_deadline_s(self.timeout_s),
+            "stall_limit": {"at_least_s": max(self.timeout_s, MIN_STALL_S), "longest_steps": STALL_STEPS}
+            if self.stall_s is None
+            else {"fixed_s": self.stall_s},
             "openmp": self.openmp_settings or {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
         }
 
