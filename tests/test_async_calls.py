@@ -376,3 +376,53 @@ def test_the_memoised_cache_key_head_keeps_parameters_of_another_type_apart():
     as_float = cache_key("m", None, "[]", GenerationParams(8, 0.0, 1))
     as_int = cache_key("m", None, "[]", GenerationParams(8, 0, 1))  # equal to 0.0, serialised as 0
     assert as_float != as_int and cache_key("m", None, "[]", GenerationParams(8, 0.0, 1)) == as_float
+
+
+class OwnDeadline(Scripted):
+    """A backend that chooses its attempts' total deadline (as the embedded server does: none)."""
+
+    def __init__(self, behaviour, deadline, **options):
+        super().__init__(behaviour, **options)
+        self.deadline = deadline
+
+    def total_deadline_s(self, configured):
+        return self.deadline
+
+
+def test_a_backend_without_a_total_deadline_outlives_the_timeout_and_shows_in_flight():
+    from budgetbench_core.model_calls import calls_in_flight
+
+    release = threading.Event()
+
+    async def waits(messages, params):
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return completion("late")
+
+    unbounded = caller(OwnDeadline(waits, None), timeout_s=0.05)
+    bounded = caller(OwnDeadline(waits, 30.0), timeout_s=0.05)
+    outcomes = []
+    threads = [
+        threading.Thread(target=lambda c=c: outcomes.append(c.call(MESSAGES, PARAMS))) for c in (unbounded, bounded)
+    ]
+    for thread in threads:
+        thread.start()
+    while len(calls_in_flight()) < 2:
+        time.sleep(0.01)
+    flying = sorted(calls_in_flight(), key=lambda c: c.remaining_s is None)
+    assert flying[0].remaining_s is not None and 0 < flying[0].remaining_s <= 30.0  # the backend's 30 s, not 0.05
+    assert flying[1].remaining_s is None  # no total deadline
+    time.sleep(0.2)  # four times the configured timeout: neither attempt is cut
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert [o.completion.text for o in outcomes] == ["late", "late"] and all(o.attempts == 1 for o in outcomes)
+    assert calls_in_flight() == []
+
+
+def test_a_total_deadline_that_is_not_seconds_is_refused_naming_the_backend():
+    async def fine(messages, params):
+        return completion()
+
+    with pytest.raises(CallFailed, match=r"total_deadline_s\(\) returned 'soon', not seconds or None"):
+        caller(OwnDeadline(fine, "soon")).call(MESSAGES, PARAMS)
