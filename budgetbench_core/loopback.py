@@ -109,7 +109,8 @@ class FaultServer:
     ``echo_auth_in_errors`` makes error bodies quote the Authorization header, as some
     providers quote (part of) a wrong key back. ``trickle_s`` is the pause between bytes
     of a ``trickle`` reply. ``rate=1.0`` with one fault makes every request fail that way.
-    ``routes`` answers other endpoints (``{"/api/tags": (200, {...})}``, any method) and
+    ``routes`` answers other endpoints (``{"/api/tags": (200, {...})}``, any method; a callable
+    giving that pair is asked per request, e.g. a llama.cpp ``/slots`` that moves) and
     ``route_default``, when given, answers every other path too, chat included (a provider
     that refuses every key). ``hits`` lists ``(method, path)`` of every request.
     """
@@ -124,7 +125,7 @@ class FaultServer:
     reply: Callable[[list[dict[str, Any]]], str] = default_reply
     echo_auth_in_errors: bool = False
     trickle_s: float = 0.5
-    routes: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    routes: dict[str, tuple[int, Any] | Callable[[], tuple[int, Any]]] = field(default_factory=dict)
     route_default: tuple[int, Any] | None = None
     requests: list[Request] = field(default_factory=list)
     hits: list[tuple[str, str]] = field(default_factory=list)
@@ -195,6 +196,8 @@ class FaultServer:
         answer = self.routes.get(handler.path, self.route_default)
         if answer is None:
             return False
+        if callable(answer):
+            answer = answer()
         length = int(handler.headers.get("Content-Length") or 0)
         if length:
             handler.rfile.read(length)

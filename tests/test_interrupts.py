@@ -72,6 +72,20 @@ def test_a_stalled_local_server_fails_the_call_once_without_a_retry():
     assert "slot 0: 512 prompt tokens processed, 0 generated" in message
 
 
+def test_a_slow_local_server_that_progresses_is_waited_for_past_its_stall_limit():
+    started = time.monotonic()
+
+    def moving_slot():  # 50 prompt tokens more at every look: slow, but alive
+        return 200, [{**FROZEN_SLOT, "n_prompt_tokens_processed": 50 * int((time.monotonic() - started) * 20)}]
+
+    with FaultServer(latency_s=4.0, routes={"/slots": moving_slot}) as server:
+        backend = local_backend_on(server, timeout_s=1.0, stall_s=1.5)  # the reply takes longer than both
+        caller = ModelCaller(backend, None, 1, retries=4, backoff_s=0.01, timeout_s=1.0)
+        outcome = caller.call(MESSAGES, PARAMS)
+        assert outcome.completion.text == "Paris" and outcome.attempts == 1 and server.completions() == 1
+        assert ("GET", "/slots") in server.hits
+
+
 def test_the_embedded_backend_sets_no_total_deadline_on_its_direct_client():
     with FaultServer() as server:
         backend = local_backend_on(server, timeout_s=5.0)
