@@ -362,8 +362,10 @@ def test_a_run_where_every_cell_errored_still_gets_a_report(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report" / "report.json").read_text())
     assert len(report["errors"]) == 4 and all("injected: index unavailable" in e["cause"] for e in report["errors"])
-    assert [g["best"][b]["status"] for g in report["pivot"] for b in ("160", "320")] == ["none", "none"]
+    # Every error is the strategy's own: a failure scored 0 over both items, never called best.
+    assert [(r["quality_all"], r["quality_all_n"], r["plugin_errors"]) for r in report["summary"]] == [(0.0, 2, 2)] * 2
+    assert [g["best"][b]["status"] for g in report["pivot"] for b in ("160", "320")] == ["only", "only"]
     for name in ("quality_vs_budget.png", "violations_vs_budget.png", "quality_by_category.png"):
         assert (out / "report" / name).read_bytes().startswith(b"\x89PNG")
     assert 'id="errors"' in (out / "report" / "index.html").read_text()
-    assert write_report(out, formats=["md"])["md"].read_text().count("nothing scored") == 2
+    assert write_report(out, formats=["md"])["md"].read_text().count("the only strategy scored") == 2

@@ -1,7 +1,7 @@
 """Reading a strategy's budget curve: its effective budget and the area under it.
 
 A strategy's curve is its score at each budget tier of the task, over the items it scored at
-every tier (an item's value its mean over repeats, violations 0, errors left out), so tiers
+every tier (an item's value its mean over repeats, violations and the strategy's errors 0, other errors left out), so tiers
 are compared on the same items.
 
 - **Effective budget** (after NoLiMa and RULER's "effective length"): the smallest tier whose

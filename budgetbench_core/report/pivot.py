@@ -66,7 +66,9 @@ def best_at_each_budget(
                 if delta.verdict != stats.LOWER:
                     tied.append(row["strategy"])
                     too_few = too_few or delta.verdict in stats.NO_VERDICT
-            if len(tied) == 1:
+            if len(here) == 1:  # nobody to be best against: never a finding
+                status, text = "only", f"{top['strategy']} (the only strategy scored within the budget)"
+            elif len(tied) == 1:
                 status, text = "best", f"{top['strategy']} (every other strategy distinguished lower)"
             elif too_few:
                 status, text = "too few items", f"too few items to separate {', '.join(tied)}"
