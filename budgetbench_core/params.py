@@ -206,7 +206,7 @@ def check_params(kind: str, name: str, cls: type, given: Mapping[str, Any], opti
 
 def resolve(registry: Registry, kind: str, name: str):
     """``registry.get`` with a "did you mean" when the name is unknown."""
-    if name not in registry.entries[kind]:
+    if name not in registry.names(kind):  # from the index: nothing is imported to ask
         hint = did_you_mean(name, registry.names(kind))
         if hint:
             raise UnknownNameError(f"unknown {kind} {name!r}; {hint}available: {', '.join(registry.names(kind))}")
