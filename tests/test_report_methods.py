@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from budgetbench_core import RunConfig, run
 from budgetbench_core.cli import cli
-from budgetbench_core.report import stats
+from budgetbench_core.report import stats, write_report
 from budgetbench_core.report.data import RunData
 from budgetbench_core.report.gate import gate
 from budgetbench_core.report.pivot import best_at_each_budget
@@ -182,3 +182,13 @@ def test_plan_on_evidence_recall_of_a_prompts_only_run(prompts_only):
     assert row["pilot_items"] == _marked(prompts_only) and row["spread_kind"] == "discordance" and row["needed"] >= 4
     refused = CliRunner().invoke(cli, ["plan", str(prompts_only)])
     assert refused.exit_code == 2 and "--metric evidence" in refused.output
+
+
+def test_a_prompts_only_report_labels_its_tables_as_evidence_recall(prompts_only):
+    """Old code: "Summary per cell" and "Quality per category" over a run that has no quality."""
+    paths = write_report(prompts_only, formats=["md", "html"])
+    markdown, page = paths["md"].read_text(), paths["html"].read_text()
+    assert "## Evidence recall and compliance per cell (prompts only)" in markdown
+    assert "## Evidence recall per category (prompts only)" in markdown
+    assert "Summary per cell" not in markdown and "Quality per category" not in page
+    assert "Evidence recall per category (prompts only)" in page

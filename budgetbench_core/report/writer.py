@@ -581,7 +581,7 @@ def _markdown(context: dict[str, Any]) -> str:
         else []
     )
     if context["prompts_only"]:
-        lines += [f"## Summary per cell{note}", ""] + table(
+        lines += [f"## Evidence recall and compliance per cell (prompts only){note}", ""] + table(
             context["summary"],
             [
                 "task",
@@ -598,7 +598,7 @@ def _markdown(context: dict[str, Any]) -> str:
                 "strategy_p50_s",
             ],
         )
-        lines += [f"## Per category{note}", ""] + table(
+        lines += [f"## Evidence recall per category (prompts only){note}", ""] + table(
             context["categories"], ["task", "category", "strategy", "budget", "n_items", "violations", *evidence[:4]]
         )
         if context["errors"]:
