@@ -6,8 +6,8 @@
   what ``auto`` (the default) picks when stderr is not a terminal.
 - ``none``: no progress; only the one-line summary and what stopped a run.
 
-A total is exact only once the runner says the task has no more items (``final``); before
-that it is shown as "at least" (``[12/>=48]``, ``12/≥48`` on the bars), and a count never runs past its total. An
+A total is exact only once the runner says the task has no more items (``final``), or at the
+end once every announced cell is counted; before that it is shown as "at least" (``[12/>=48]``, ``12/≥48`` on the bars), and a count never runs past its total. An
 agent episode shows each turn as it ends (``turn``): a line in ``plain``, a row of its own
 in ``rich``, so a long episode is never silent. The last line of ``plain`` is the run's
 count, resumed cells included, so a finished resume ends at 100%.
@@ -132,17 +132,18 @@ class Display:
 
     # ----------------------------------------------------------------- runner callbacks
 
-    def start(self, total: int, per_strategy: dict[str, int], final: bool | None = None) -> None:
+    def start(self, total: int, per_strategy: dict[str, int], final: bool = False) -> None:
         """The runner's ``on_start``; called again with larger totals as a streamed task's items
-        arrive. ``final``: no item is left to read, so the total is exact (``None``: the caller
-        does not tell, and the total is taken as exact)."""
-        self.final = final is not False
+        arrive. ``final``: no item is left to read, so the total is exact; until then it is "at least"."""
+        self.final = final
         if getattr(self, "_begun", False):
-            self._grow(total, per_strategy, told_final=final is True)
+            self._grow(total, per_strategy, told_final=final)
             return
         self._begun = True
         self.started = time.monotonic()
-        self.counters = {OVERALL: _Counter(total), **{name: _Counter(n) for name, n in per_strategy.items()}}
+        with self._lock:  # cells found done on disk may be counted before the first announcement: kept
+            for name, cells in {OVERALL: total, **per_strategy}.items():
+                self.counters.setdefault(name, _Counter(0)).total = cells
         if self.mode == "rich":
             width = max(len(OVERALL), *(len(name) for name in per_strategy)) + 1
             self._progress = Progress(
@@ -155,9 +156,9 @@ class Display:
                 transient=False,
             )
             self._progress.start()
-            self._tasks[OVERALL] = self._progress.add_task(OVERALL, total=total, key=OVERALL)
-            for name, cells in per_strategy.items():
-                self._tasks[name] = self._progress.add_task(name, total=cells, key=name)
+            for name, cells in {OVERALL: total, **per_strategy}.items():
+                done = self.counters[name].done
+                self._tasks[name] = self._progress.add_task(name, total=cells, completed=done, key=name)
         elif self.mode == "plain":
             counts = ", ".join(f"{s} {n}" for s, n in per_strategy.items())
             if self.final:
@@ -176,7 +177,8 @@ class Display:
                 if name in self._tasks:
                     self._progress.update(self._tasks[name], total=cells)
                 else:
-                    self._tasks[name] = self._progress.add_task(name, total=cells, key=name)
+                    done = self.counters[name].done
+                    self._tasks[name] = self._progress.add_task(name, total=cells, completed=done, key=name)
 
     def finished(self, row: dict[str, Any]) -> None:
         """The runner's ``on_cell``: a cell's terminal row, written on the worker thread that
@@ -241,9 +243,11 @@ class Display:
             self._progress = None
         elif self.mode == "plain" and OVERALL in self.counters:
             overall = self.counters[OVERALL]
+            self.final = self.final or overall.done >= overall.total  # every announced cell is counted
             line = f"{self._head()} cells: {overall.finished} run now, {overall.skipped} found done on disk"
-            if self.final and overall.done < overall.total:
-                line += f"; {overall.total - overall.done} not run (run the same command again to resume)"
+            if overall.done < overall.total:
+                least = "" if self.final else "at least "
+                line += f"; {least}{overall.total - overall.done} not run (run the same command again to resume)"
             self._write(line)
 
     # ----------------------------------------------------------------- plain lines

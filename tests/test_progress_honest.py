@@ -6,6 +6,7 @@ resume; [231/210 110%]; seven silent minutes of an episode in the plain display)
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
@@ -45,7 +46,9 @@ def test_a_count_never_runs_past_its_total():
     screen.start(210, {"truncation": 210}, final=False)
     screen.progress("truncation", 231)
     screen.close()
-    assert lines(screen)[-1] == "[231/>=231] cells: 0 run now, 231 found done on disk"
+    out = lines(screen)
+    assert out[0] == "run: at least 210 cells so far (truncation 210); more as the task's items are read"
+    assert out[-1] == "[231/231 100%] cells: 0 run now, 231 found done on disk"  # all counted: the total is known
 
 
 def test_a_resumed_run_ends_at_100_percent():
@@ -61,6 +64,17 @@ def test_a_resumed_run_ends_at_100_percent():
     assert out[-2].startswith("[36/40  90%]")
     assert out[-1] == "[40/40 100%] cells: 36 run now, 4 found done on disk"
     assert screen.counters[OVERALL].done == screen.counters["truncation"].done == 40
+
+
+def test_a_run_stopped_while_its_task_was_still_read_says_at_least():
+    screen = plain()
+    screen.start(48, {"truncation": 48})  # the runner did not say the task was read to the end
+    screen.finished(row("a", quality=1.0, prompt_tokens=300))
+    screen.progress("truncation", 1)
+    screen.close()
+    assert lines(screen)[-1] == (
+        "[ 1/>=48] cells: 1 run now, 0 found done on disk; at least 47 not run (run the same command again to resume)"
+    )
 
 
 def test_a_stopped_run_says_how_many_cells_it_did_not_run():
@@ -112,3 +126,18 @@ def test_no_display_prints_no_turn():
     screen.start(1, {"truncation": 1}, final=True)
     screen.turn(turn(1, latency_s=1.0))
     assert screen.stream.getvalue() == ""
+
+
+def test_cells_found_done_before_the_first_announcement_are_kept():
+    """A resume of a finished run: every item is found done while the task is read, before any total is known."""
+    screen = plain()
+    screen.progress("truncation", 30)
+    screen.start(30, {"truncation": 30}, final=True)
+    screen.close()
+    assert lines(screen)[-1] == "[30/30 100%] cells: 0 run now, 30 found done on disk"
+    stream = io.StringIO()
+    rich = Display("rich", console=Console(file=stream, force_terminal=True, width=120))
+    rich.progress("truncation", 30)
+    rich.start(30, {"truncation": 30}, final=True)
+    rich.close()
+    assert "30/30" in stream.getvalue() and not re.search(r"(?<!\d)0/30", stream.getvalue())
