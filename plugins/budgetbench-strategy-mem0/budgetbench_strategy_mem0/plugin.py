@@ -7,6 +7,11 @@ in ``**kwargs`` and returns its default 20). A failed ``add`` is retried, then r
 with its cause in the IngestReport. mem0 also reports some failures only in its log
 (an unparsable extraction reply becomes "no facts"), so errors it logs during an
 ``add`` count as failures too.
+
+With ``infer=True`` in an isolated run, mem0's LLM is the run's own model through the
+harness's metering gateway (``BUDGETBENCH_GATEWAY_URL`` in the worker's environment), so its
+extraction calls are counted and charged to the cell's ``write`` phase; the embedder stays
+local (the gateway serves no embeddings for the embedded model).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any
 from budgetbench_core import IngestFailure, IngestReport, MemorySystem, Regime, RetrievedItem, hookimpl
 
 DEFAULT_DIMS = 384  # all-MiniLM-L6-v2
+GATEWAY = "BUDGETBENCH_GATEWAY_URL"  # set by the harness in a plugin worker of a run with a model
+GATEWAY_MODEL = "budgetbench-gateway"  # any name: the gateway answers with the run's model
 # mem0 builds an LLM client even when infer=False never calls it; this one points at the
 # discard port, so an unexpected call fails loudly instead of reaching some service.
 UNUSED_LLM = {
@@ -44,6 +51,19 @@ def default_embedder() -> dict[str, Any]:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / "model"
     return {"provider": "huggingface", "config": {"model": str(path)}}
+
+
+def through_gateway(llm: dict[str, Any] | None, gateway: str | None) -> dict[str, Any] | None:
+    """mem0's llm block pointed at the harness's gateway: no block becomes an OpenAI block there,
+    an OpenAI block without a base URL gets it; any other block is the user's own choice."""
+    if not gateway:
+        return llm
+    if llm is None:
+        return {"provider": "openai", "config": {"model": GATEWAY_MODEL, "openai_base_url": gateway}}
+    config = dict(llm.get("config") or {})
+    if llm.get("provider") == "openai" and not config.get("openai_base_url"):
+        return {**llm, "config": {**config, "openai_base_url": gateway}}
+    return llm
 
 
 def _import_mem0(mem0_dir: Path) -> tuple[Any, str]:
@@ -99,7 +119,8 @@ def mem0_errors() -> Iterator[_ErrorLog]:
 
 class Mem0(MemorySystem):
     """Params: ``infer`` (False), ``top_k`` (100), ``threshold`` (0.0), ``retries`` (2),
-    ``llm`` and ``embedder`` (mem0 config blocks), ``embedding_dims`` (384)."""
+    ``llm`` and ``embedder`` (mem0 config blocks; with ``infer`` in an isolated run the llm is
+    the gateway unless the block names another service), ``embedding_dims`` (384)."""
 
     name = "mem0"
     regime = Regime.PERSISTENT_STATEFUL
@@ -116,9 +137,11 @@ class Mem0(MemorySystem):
         embedding_dims: int = DEFAULT_DIMS,
         **params: Any,
     ) -> None:
-        if infer and llm is None:
+        gateway = os.environ.get(GATEWAY)
+        if infer and llm is None and not gateway:
             raise ValueError(
-                'mem0 infer=True needs an llm block, e.g. llm={"provider": "ollama", "config": '
+                "mem0 infer=True needs an llm block outside an isolated run (in one, it calls the run's model "
+                'through the metering gateway), e.g. llm={"provider": "ollama", "config": '
                 '{"model": "qwen2.5:7b-32k", "ollama_base_url": "http://127.0.0.1:11434"}}'
             )
         if not isinstance(top_k, int) or top_k < 1:
@@ -139,7 +162,8 @@ class Mem0(MemorySystem):
         self.top_k = top_k
         self.threshold = float(threshold)
         self.retries = int(retries)
-        self.llm = llm or UNUSED_LLM
+        # the gateway's address carries the worker's token: in self.llm, never in the params (the manifest)
+        self.llm = (through_gateway(llm, gateway) if infer else llm) or UNUSED_LLM
         self.embedder = embedder or default_embedder()
         self.embedding_dims = int(embedding_dims)
         self.memory: Any = None

@@ -1,0 +1,149 @@
+"""mem0 in its real mode (``infer=True``: LLM fact extraction) on the embedded model, through the
+harness's metering gateway: every extraction call is in the ledger under ``write``, call for
+call equal to what the model server was sent.
+
+The embedded llama.cpp server sits behind a loopback forwarder that keeps the server's request
+log: each request's messages and what the server replied (usage, or its refusal). mem0 2.2.1's
+extraction prompt alone is ~8,700 tokens; llama.cpp caps the slot context at the model's
+training context (8,192 for SmolLM2-135M) whatever ``n_ctx`` it is given, so on this model the
+server refuses every extraction request (and reports its own count of the prompt, which must be
+ours). The test asks for 10,240 tokens of context anyway, so a model that allows it answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from budgetbench_strategy_mem0.plugin import GATEWAY, through_gateway
+
+from budgetbench_core import Message, PromptCounter, RunConfig, run
+from budgetbench_core.report import write_report
+from budgetbench_core.runlog import final_rows, iter_events
+from budgetbench_core.testing import embedded_model_file, registered, tokenizer_for
+
+EXTRACTION_CONTEXT = 10240  # the embedded model's 8192 plus the room it allows for output
+
+
+class RequestLog:
+    """Forwards every request to ``upstream`` and logs (path, request body, reply body)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.entries: list[tuple[str, dict, dict]] = []
+        log = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                request = urllib.request.Request(
+                    upstream + self.path, data=body, headers={"Content-Type": "application/json"}
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=900) as reply:
+                        data, status = reply.read(), reply.status
+                except urllib.error.HTTPError as refused:  # the server's refusal is in its log too
+                    data, status = refused.read(), refused.code
+                log.entries.append((self.path, json.loads(body), json.loads(data)))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_llm_block_points_at_the_gateway_only_where_the_user_named_no_service():
+    url = "http://127.0.0.1:5/t/token/v1"
+    assert through_gateway(None, url)["config"]["openai_base_url"] == url
+    mine = {"provider": "openai", "config": {"model": "m", "max_tokens": 8}}
+    assert through_gateway(mine, url)["config"] == {"model": "m", "max_tokens": 8, "openai_base_url": url}
+    ollama = {"provider": "ollama", "config": {"model": "q", "ollama_base_url": "http://127.0.0.1:11434"}}
+    assert through_gateway(ollama, url) is ollama and through_gateway(mine, None) is mine
+
+
+def test_infer_needs_no_llm_block_in_a_worker_of_a_run_with_a_model(monkeypatch):
+    from budgetbench_strategy_mem0 import Mem0
+
+    monkeypatch.setenv(GATEWAY, "http://127.0.0.1:5/t/secret-token/v1")
+    system = Mem0(infer=True)
+    assert system.llm["config"]["openai_base_url"].endswith("/t/secret-token/v1")
+    assert "secret-token" not in json.dumps(system.describe())  # the token never reaches the manifest
+
+
+@pytest.mark.slow
+def test_mem0_infer_extraction_calls_are_the_ledgers_write_calls_call_for_call(tmp_path):
+    counter = PromptCounter(tokenizer_for(f"gguf:{embedded_model_file()}"))
+    out = tmp_path / "run"
+    backend = registered("backend", "local").obj("local", max_context=EXTRACTION_CONTEXT, max_concurrency=1)
+    backend.start()
+    log = RequestLog(backend.server_url)
+    try:
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["mem0"],
+                budgets=[512],
+                out=out,
+                model="openai/local-model",
+                api_base=log.url + "/v1",
+                tokenizer=f"gguf:{embedded_model_file()}",
+                task_options={"items": 1, "history_tokens": 400},
+                strategy_params={
+                    "mem0": {
+                        "infer": True,
+                        "retries": 0,
+                        "top_k": 5,
+                        "llm": {"provider": "openai", "config": {"model": "extractor", "max_tokens": 48}},
+                    }
+                },
+                max_concurrency=1,
+                retries=0,
+                timeout_s=900.0,
+            )
+        )
+    finally:
+        log.close()
+        backend.stop()
+    (row,) = final_rows(out).values()
+    answers = [
+        [m["content"] for m in e["messages"]] for e in iter_events(out) if e["event"] == "prompt_audit"
+    ]  # the harness's own call, if the cell got that far
+    log_entries = [
+        (counter.count([Message(m["role"], m["content"]) for m in body["messages"]]), reply)
+        for path, body, reply in log.entries
+        if path.endswith("/chat/completions") and [m["content"] for m in body["messages"]] not in answers
+    ]
+    metered = [e for e in iter_events(out) if e["event"] == "metered_call"]
+    assert metered and {e["phase"] for e in metered} == {"write"}  # extraction happens while it ingests
+    assert len(metered) == len(log_entries) >= 1  # call for call: every request the server saw is a row
+    answered = [(tokens, reply["usage"]) for tokens, reply in log_entries if "usage" in reply]
+    refused = [(tokens, reply["error"]) for tokens, reply in log_entries if "usage" not in reply]
+    ok = [e for e in metered if e["ok"]]
+    assert sorted((e["input_tokens"], e["served_prompt_tokens"], e["completion_tokens"]) for e in ok) == sorted(
+        (tokens, usage["prompt_tokens"], usage["completion_tokens"]) for tokens, usage in answered
+    )  # our exact count is the server's, and its completion tokens are the ledger's
+    assert sorted(e["input_tokens"] for e in metered if not e["ok"]) == sorted(
+        error.get("n_prompt_tokens", tokens) for tokens, error in refused
+    )  # a request the server refused (mem0's ~8.7k-token prompt past the model's context) is one too
+    assert all(tokens == error["n_prompt_tokens"] for tokens, error in refused if "n_prompt_tokens" in error)
+    write = row["metered"]["write"]
+    assert write["calls"] == len(answered)
+    assert write["input_tokens"] == sum(tokens for tokens, _ in answered)
+    assert write["cpu_s"] > 0  # the worker's own CPU while it ingested
+    (ledger,) = json.loads(write_report(out)["json"].read_text())["ledger"]
+    assert ledger["metered_write_calls"] == len(answered)
+    assert ledger["metered_write_input_tokens"] == write["input_tokens"]
