@@ -83,6 +83,7 @@ class OutsideProxy:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server = None
         with self._lock:
             clients = list(self._clients)
         for token in clients:
