@@ -142,6 +142,7 @@ def summary_lines(out: Path) -> list[str]:
     """What the demo showed, read back from its run directories; also written to ``LESSON.md``."""
     lines = _summary(Path(out))
     if Path(out).is_dir():
+        lines.append(f"these lines: {Path(out) / 'LESSON.md'}")
         (Path(out) / "LESSON.md").write_text(
             "# What the demo showed\n\n```\n" + "\n".join(lines) + "\n```\n", encoding="utf-8"
         )

@@ -39,6 +39,7 @@ def test_the_prompts_only_lesson_is_the_paired_evidence_recall_of_the_run(tmp_pa
     else:
         assert "no ranking claim" in line
     assert (tmp_path / "LESSON.md").read_text().count("The lesson, paired") == 1
+    assert lines[-1] == f"these lines: {tmp_path / 'LESSON.md'}"
     assert not any("Why quality is near 0" in line for line in lines)  # no answered run: nothing to explain
 
 
