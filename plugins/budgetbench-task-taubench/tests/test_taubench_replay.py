@@ -116,3 +116,41 @@ def test_a_violation_before_the_first_turn_plays_back_with_no_outcome(logged):
     simulation = _simulation(played)
     assert simulation["termination_reason"] == "context_window_exceeded"
     assert simulation["reward_info"]["reward"] == 0.0
+
+
+def test_telecom_playback_keeps_the_users_tool_calls_on_the_phone():
+    """Dual control: the LLM user's completions (a tool call on its phone, then words) come back
+    in order, so the playback runs the same user tool and the trajectory shows it as the user's."""
+    task = TauBench(domain="telecom", split="base", path=str(DATA / "telecom"), user="llm")
+    items = {item.id: item for item in task.load(None, 0)}
+    item = next(iter(items))
+    said = [
+        "My phone has no mobile data.",
+        json.dumps({"name": "toggle_airplane_mode", "arguments": {}}),
+        "I toggled airplane mode. ###STOP###",
+    ]
+    live = RecordedUser(said, "live")
+    episode = task.episode(items[item], live)
+    episode.opening()
+    step = episode.step(respond("Please toggle airplane mode."))
+    assert step.done and live.used == 3
+    turns = [{"turn": 0, "reply": respond("Please toggle airplane mode."), "done": True, "record": step.record}]
+    turns[0]["user_calls"] = [{"completion": text} for text in said]
+    row = {
+        "event": "result",
+        "quality": episode.outcome("done")["reward"],
+        "time": "2026-01-01T00:00:10.000+00:00",
+        "latency_s": 10.0,
+        "episode": {"end_reason": "done"},
+    }
+    played = play(task, items, ("tau-bench", "full_context", 32768, 0, item), row, turns)
+    assert played.outcome["reward"] == row["quality"]
+    messages = _simulation(played)["messages"]
+    user_call = next(m for m in messages if m["role"] == "user" and m["tool_calls"])
+    assert user_call["tool_calls"][0]["name"] == "toggle_airplane_mode"
+    assert user_call["tool_calls"][0]["requestor"] == "user"
+    result = messages[messages.index(user_call) + 1]
+    assert (
+        result["role"] == "tool" and result["requestor"] == "user" and result["id"] == user_call["tool_calls"][0]["id"]
+    )
+    assert [m["content"] for m in messages if m["role"] == "user" and not m["tool_calls"]] == [said[0], said[2]]
