@@ -200,3 +200,26 @@ def test_network_hosts_must_be_host_or_host_and_port():
     for bad in (["https://api.vendor.com"], ["api.vendor.com/v1"], ["host:port"], "api.vendor.com", [3]):
         with pytest.raises(NetworkDeclarationError, match="network_hosts()"):
             parse_hosts(bad, "strategy 'x'")
+
+
+def test_declaring_a_loopback_host_that_names_the_harness_is_refused_before_any_cell(tmp_path: Path):
+    """'localhost' (any port) would let the worker reach the gateway's and the proxy's ports, and
+    the model server, through the proxy: refused, naming the strategy, before any cell runs."""
+    with FaultServer() as model, pytest.raises(Exception, match="'hosted-memory' declares it reaches localhost"):
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["hosted-memory"],
+                budgets=[300],
+                out=tmp_path / "run",
+                api_base=model.url,
+                model="openai/fault-model",
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": 1, "history_tokens": 600},
+                strategy_params={"hosted-memory": {"declared": "localhost", "undeclared": "127.0.0.2:9"}},
+                max_concurrency=1,
+                retries=0,
+            ),
+            registry=registry_with(PLUGIN, distribution="hosted-vendor"),
+        )
+    assert not list((tmp_path / "run").glob("cells/**/*.jsonl"))

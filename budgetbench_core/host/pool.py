@@ -57,6 +57,18 @@ def _overlap(path: Path, guarded: Path) -> bool:
     return path == guarded or guarded.is_relative_to(path) or path.is_relative_to(guarded)
 
 
+def _names(declared: str, guarded: str) -> bool:
+    """Whether a ``network_hosts()`` entry (``host`` or ``host:port``) would let a worker reach
+    ``guarded`` (``host:port``); ``localhost`` and loopback addresses are one host here."""
+
+    def split(entry: str) -> tuple[str, str]:
+        host, _, port = entry.lower().rpartition(":") if ":" in entry else (entry.lower(), "", "")
+        return ("loopback" if host in ("localhost", "[::1]") or host.startswith("127.") else host), port
+
+    (host, port), (g_host, g_port) = split(declared), split(guarded)
+    return host == g_host and port in ("", g_port)
+
+
 def sandbox_name() -> str:
     """What confines this machine's workers: ``landlock-abi-N``, or ``none`` without Landlock."""
     version = abi_version()
@@ -80,6 +92,9 @@ class PluginHost:
         self.guarded: list[Path] = []  # no declared read path may hold these (the run directory, the task's data)
         self.declared_reads: dict[str, list[str]] = {}  # strategy -> the paths it declared (manifest)
         self.declared_hosts: dict[str, list[str]] = {}  # strategy -> the outside hosts it declared (manifest)
+        # no declared host may name these ("host:port"): the model and judge servers, reached only
+        # through the gateway, and the gateway and proxy themselves
+        self.guarded_hosts: list[str] = []
         self.proxy = OutsideProxy()  # started with the first worker
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -158,6 +173,16 @@ class PluginHost:
         if reads:
             self.declared_reads[name] = sorted(set(self.declared_reads.get(name, [])) | set(reads))
         hosts = [str(h) for h in created.get("network_hosts") or []]
+        harness = [*self.guarded_hosts, *(f"127.0.0.1:{port}" for port in [*self.ports, self.proxy.port])]
+        named = [h for h in hosts if any(_names(h, guarded) for guarded in harness)]
+        if named:
+            worker.kill()
+            raise PluginHostError(
+                f"strategy {name!r} declares it reaches {named[0]}, which names the run's model or judge server or "
+                f"the harness itself: refused (network_hosts() may name outside services; model calls go through "
+                f"the metering gateway)"
+            )
+        self.proxy.guarded_ports = {int(h.rpartition(":")[2]) for h in harness if _names("127.0.0.1", h)}
         self.proxy.declare(proxy_token, hosts)
         if hosts:
             self.declared_hosts[name] = hosts

@@ -15,6 +15,7 @@ ends its tunnels are closed, so nothing is carried on for a cell that has finish
 from __future__ import annotations
 
 import base64
+import ipaddress
 import secrets
 import selectors
 import socket
@@ -73,6 +74,7 @@ class OutsideProxy:
         self._clients: dict[str, _Client] = {}
         self._server: socketserver.ThreadingTCPServer | None = None
         self.unattributed: list[dict[str, Any]] = []  # refusals before a worker served any cell
+        self.guarded_ports: set[int] = set()  # loopback ports of the harness and its servers: never through here
 
     def start(self) -> None:
         if self._server is None:
@@ -194,6 +196,8 @@ class OutsideProxy:
             _reply(conn, 400, str(exc))
             return
         client, cell, refusal = self._authorise(headers, host, port)
+        if not refusal and port in self.guarded_ports and _is_loopback(host):
+            refusal = "undeclared network use (the harness's own servers are reached through the gateway only)"
         if refusal:
             self._refused(client, cell, host, port, refusal)
             _reply(conn, 407 if client is None else 403, refusal)
@@ -232,6 +236,15 @@ class OutsideProxy:
             upstream.close()
             self._metered(cell, host, port, sent, received)
             done.set()
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is or resolves to a loopback address (a declared name may point there)."""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return any(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in addresses)
 
 
 def _token(authorization: str) -> str | None:
