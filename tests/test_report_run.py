@@ -181,8 +181,13 @@ def test_both_denominators_match_the_rows(run_a):
         mine = [r for k, r in rows.items() if k[1] == strategy and k[2] == budget]
         scored = [r for r in mine if r["event"] in ("result", "violation")]
         admitted = [r["quality"] for r in mine if r["event"] == "result"]
-        everything = [r["quality"] if r["event"] == "result" else 0.0 for r in scored]
+        # The strategy's own errors (here the lossy memory's ingest loss) are failures, scored 0.
+        failed = [
+            r for r in mine if r["event"] == "error" and r["phase"] in ("reset", "strategy", "ingest", "retrieve")
+        ]
+        everything = [r["quality"] if r["event"] == "result" else 0.0 for r in scored] + [0.0] * len(failed)
         assert int(cell["quality_all_n"]) == len(everything)
+        assert int(cell["quality_scored_n"]) == len(scored) and int(cell["plugin_errors"]) == len(failed)
         assert int(cell["quality_admitted_n"]) == len(admitted)
         assert int(cell["violations"]) == len(scored) - len(admitted)
         if everything:
@@ -206,7 +211,9 @@ def test_ingest_loss_drops_the_item_from_every_comparison(run_a):
     report = run_a / "report"
     summary = {(r["strategy"], int(r["budget"])): r for r in _csv(report / "summary.csv")}
     lossy = summary[("lossy-memory", BUDGET)]
-    assert lossy["errors"] == "1" and lossy["error_causes"] == "ingest: 1" and lossy["quality_all_n"] == "2"
+    assert lossy["errors"] == "1" and lossy["error_causes"] == "ingest: 1" and lossy["plugin_errors"] == "1"
+    # The loss is the memory system's failure: 0 in its headline, left out of quality (scored).
+    assert lossy["quality_all_n"] == "3" and lossy["quality_scored_n"] == "2" and lossy["incomplete"] == "False"
     paired = _csv(report / "paired.csv")
     assert {(r["strategy"], r["reference"]) for r in paired} == {
         ("full_context", f"truncation@{BUDGET}"),
