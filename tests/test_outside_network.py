@@ -15,6 +15,7 @@ import os
 import socket
 import socketserver
 import threading
+import time
 import types
 import urllib.error
 import urllib.request
@@ -130,7 +131,23 @@ class HostedMemory(Truncation):
         return super().apply(history, budget, context)
 
 
-PLUGIN = types.SimpleNamespace(register_strategies=hookimpl(lambda register: register(HostedMemory)))
+class LeavesACallBehind(HostedMemory):
+    """Calls its declared host from a thread that outlives ``apply`` (as an SDK's flusher might)."""
+
+    name = "hosted-late"
+
+    def apply(self, history, budget, context):
+        def later():
+            time.sleep(0.5)
+            outcome(lambda: urllib.request.urlopen(f"http://{self.declared}/late", timeout=5).read())
+
+        threading.Thread(target=later, daemon=True).start()
+        return Truncation.apply(self, history, budget, context)
+
+
+PLUGIN = types.SimpleNamespace(
+    register_strategies=hookimpl(lambda register: [register(HostedMemory), register(LeavesACallBehind)])
+)
 
 
 def test_a_declared_host_is_metered_and_an_undeclared_one_is_refused_and_recorded(tmp_path: Path):
@@ -223,3 +240,32 @@ def test_declaring_a_loopback_host_that_names_the_harness_is_refused_before_any_
             registry=registry_with(PLUGIN, distribution="hosted-vendor"),
         )
     assert not list((tmp_path / "run").glob("cells/**/*.jsonl"))
+
+
+def test_a_declared_host_is_refused_outside_apply_and_recorded(tmp_path: Path):
+    """A thread the plugin left running calls its declared host after ``apply`` returned (while the
+    answer call is still out): refused, never reaching the host, and in ``late_calls.jsonl``."""
+    out = tmp_path / "run"
+    with CountingServer(b"late") as vendor, FaultServer(latency_s=3.0) as model:
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["hosted-late"],
+                budgets=[300],
+                out=out,
+                api_base=model.url,
+                model="openai/fault-model",
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": 1, "history_tokens": 600},
+                strategy_params={"hosted-late": {"declared": f"{OUTSIDE}:{vendor.port}"}},
+                max_concurrency=1,
+                retries=0,
+                timeout_s=30.0,
+            ),
+            registry=registry_with(PLUGIN, distribution="hosted-vendor"),
+        )
+    assert vendor.connections == 0
+    (row,) = final_rows(out).values()
+    assert row["event"] == "result" and "outside" not in row["metered"]
+    late = (out / "late_calls.jsonl").read_text()
+    assert "declared host outside apply" in late and f"{OUTSIDE}:{vendor.port}" in late
