@@ -102,6 +102,7 @@ def test_a_harness_error_leaves_the_cell_incomplete_and_the_headline_says_so(mix
     assert any("caused by the strategy under test, scored 0" in f for f in report["findings"])
     markdown = (mixed_run / "report" / "report.md").read_text()
     assert "err., incomplete" in markdown and "failed (0)" in markdown
+    assert "quality_scored" in markdown  # both denominators, side by side
 
 
 def test_one_summarise_feeds_the_report_and_the_terminal_summary(mixed_run):

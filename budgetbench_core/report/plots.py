@@ -65,7 +65,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 METRIC_LABELS = {
-    "quality_all": "quality, all items (violations = 0)",
+    "quality_all": "quality, all items (violations, strategy errors = 0)",
     "evidence_all": "evidence recall (all evidence kept; violations = none)",
 }
 
