@@ -78,7 +78,11 @@ def turn_log(run_dir: Path) -> dict[Key, list[dict[str, Any]]]:
     if not path.is_file():
         raise ReplayError(f"{path}: missing; the run has no episode turns to play back")
     attempts: dict[Key, list[dict[str, Any]]] = defaultdict(list)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")[:-1]  # a torn last line (a run stopped mid-write) is no turn, as the core reads it
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             turn = json.loads(line)
         except json.JSONDecodeError as exc:
