@@ -12,9 +12,11 @@ agent episode shows each turn as it ends (``turn``): a line in ``plain``, a row 
 in ``rich``, so a long episode is never silent. The last line of ``plain`` is the run's
 count, resumed cells included, so a finished resume ends at 100%.
 
-After the run (``rich`` and ``plain``): a strategy x budget table of quality with its 95%
-interval and the violation and error counts, the error causes grouped with counts, and
-the served-count audit (server's ``usage.prompt_tokens`` against our count).
+After the run (``rich`` and ``plain``): a strategy x budget table of quality (all) with its 95%
+interval and the counts of violations, strategy failures (both scored 0) and harness errors, all
+from the report's own ``summarise`` (the same numbers as the report's summary); the error
+causes grouped with counts, and the served-count audit (server's ``usage.prompt_tokens``
+against our count).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import re
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -325,23 +327,17 @@ class RunOutcome:
 def outcome(
     rows: Iterable[dict[str, Any]], strategies: list[str], budgets: list[int], binary: bool, prompts_only: bool = False
 ) -> RunOutcome:
-    """``prompts_only``: the run sent nothing (``run --prompts-only``), so it has no quality to show."""
-    from .report.stats import estimate
+    """The cells come from the report's own ``summarise``, so the terminal shows the report's numbers;
+    ``prompts_only``: the run sent nothing (``run --prompts-only``), so it has no quality to show."""
+    from .report import summarise
 
-    per_item: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    counts: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    rows = list(rows)
     causes: Counter = Counter()
     checked = mismatched = 0
     example = None
     for row in rows:
-        key = (row["strategy"], int(row["budget"]))
         event = row["event"]
-        counts[key][event] += 1
-        if event in ("result", "violation"):
-            per_item[key][str(row["item_id"])].append(float(row.get("quality") or 0.0))
-        elif event == "admitted":
-            pass  # prompts only: the prompt fitted and was not sent; nothing to score
-        else:
+        if event not in ("result", "violation", "admitted"):
             causes[_cause_group(row)] += 1
         served = row.get("served_prompt_tokens")
         if event == "result" and served is not None:
@@ -352,12 +348,17 @@ def outcome(
                     f"{served:,} served vs {row.get('prompt_tokens'):,} counted at "
                     f"{row['strategy']}@{row['budget']}, item {row['item_id']}"
                 )
-    if prompts_only:
-        per_item.clear()  # violations alone would show as quality 0: a prompts-only run has no quality
-    cells = {}
-    for key in {*per_item, *counts}:
-        values = [sum(v) / len(v) for v in per_item[key].values()]
-        cells[key] = {"estimate": estimate(values, binary) if values else None, **counts[key]}
+    cells = {
+        (s, b): {
+            "estimate": c["estimate"],
+            "result": c.get("results", 0),
+            "violation": c["violations"],
+            "error": c["harness_errors"],
+            "failed": c["plugin_errors"],
+            "admitted": c.get("admitted", 0),
+        }
+        for (_, s, b), c in summarise(rows, binary, prompts_only).items()
+    }
     return RunOutcome(budgets, strategies, cells, causes.most_common(), checked, mismatched, example, prompts_only)
 
 
@@ -380,7 +381,7 @@ def outcome_table(result: RunOutcome) -> Table:
                 lines = [f"{estimate.mean:.2f}", f"{estimate.low:.2f}-{estimate.high:.2f}"]
             else:
                 lines = ["-"]
-            marks = " ".join(f"{cell.get(k, 0)}{k[0]}" for k in ("violation", "error") if cell.get(k))
+            marks = " ".join(f"{cell.get(k, 0)}{k[0]}" for k in ("violation", "failed", "error") if cell.get(k))
             if marks:
                 lines.append(marks)
             cells.append("\n".join(lines))
@@ -393,12 +394,12 @@ def print_outcome(console: Console, result: RunOutcome) -> None:
     if result.prompts_only:
         heading = (
             "prompts only (no model call), by strategy and budget: a prompts admitted, v violations, "
-            "e errors (evidence recall: see the report)"
+            "f strategy failures, e harness errors (evidence recall: see the report)"
         )
     else:
         heading = (
-            "quality by strategy and budget: mean, 95% interval; v violations (scored 0), e errors "
-            "(left out; run again to retry them)"
+            "quality by strategy and budget: mean, 95% interval; v violations (scored 0), "
+            "f strategy failures (scored 0), e harness errors (cell incomplete; run again)"
         )
     console.print(heading, soft_wrap=True, highlight=False)
     console.print(outcome_table(result))

@@ -119,16 +119,39 @@ def test_one_summarise_feeds_the_report_and_the_terminal_summary(mixed_run):
     assert sum(c["violations"] for c in cells.values()) > 0 and sum(c["errors"] for c in cells.values()) > 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="progress.outcome computes its own estimates; pending: it calls report.summarise"
-)
 def test_the_terminal_summary_shows_the_reports_numbers(mixed_run):
-    from budgetbench_core.progress import outcome
+    """Old code: progress.outcome computed its own estimates, leaving the strategy's errors out."""
+    from rich.console import Console
+
+    from budgetbench_core.progress import outcome, outcome_table, print_outcome
 
     data = load_run(mixed_run, with_prompts=False)
     rows = list(final_rows(mixed_run).values())
-    terminal = outcome(rows, ["truncation", "full_context", "loser"], [SMALL, LARGE], data.binary)
-    for row in summary_table(data):
-        estimate = terminal.cells[(row["strategy"], row["budget"])]["estimate"]
+    terminal = outcome(iter(rows), ["truncation", "full_context", "loser"], [SMALL, LARGE], data.binary)
+    table = summary_table(data)
+    assert {(r["strategy"], r["budget"]) for r in table} == set(terminal.cells)
+    for row in table:
+        cell = terminal.cells[(row["strategy"], row["budget"])]
+        estimate = cell["estimate"]
         assert estimate is not None and estimate.mean == pytest.approx(row["quality_all"])
         assert estimate.n == row["quality_all_n"]
+        assert (estimate.low, estimate.high) == pytest.approx((row["quality_all_low"], row["quality_all_high"]))
+        assert (cell["result"], cell["violation"], cell["failed"], cell["error"]) == (
+            row["results"],
+            row["violations"],
+            row["plugin_errors"],
+            row["harness_errors"],
+        )
+    # the run has every kind of row the summary counts
+    assert sum(c["violation"] for c in terminal.cells.values()) > 0
+    assert (
+        sum(c["failed"] for c in terminal.cells.values()) > 0 and sum(c["error"] for c in terminal.cells.values()) > 0
+    )
+    assert sum(r["cache_hits"] for r in table) > 0
+    console = Console(width=200, record=True, color_system=None)
+    console.print(outcome_table(terminal))
+    shown = console.export_text()
+    loser = next(r for r in table if r["strategy"] == "loser" and r["budget"] == LARGE)
+    assert f"{loser['plugin_errors']}f" in shown and f"{loser['quality_all']:.2f}" in shown
+    print_outcome(console, terminal)
+    assert "f strategy failures (scored 0), e harness errors (cell incomplete; run again)" in console.export_text()
