@@ -17,6 +17,7 @@ import pytest
 from budgetbench_core import Message, RunConfig, hookimpl, run
 from budgetbench_core.builtin.strategies import Truncation
 from budgetbench_core.report import write_report
+from budgetbench_core.report.ledger import fmt_figure
 from budgetbench_core.runlog import final_rows, iter_events, read_manifest
 from budgetbench_core.testing import FaultServer, registry_with, tokenizer_for
 from budgetbench_core.tokenizers import PromptCounter
@@ -126,6 +127,11 @@ def test_each_phase_lands_where_its_calls_were_made(priced_run):
     assert "## Cost ledger" in markdown and "Price (--price): input x 1.5 + output x 6" in markdown
     html = paths["html"].read_text()
     assert 'id="ledger"' in html and "score vs cost per question" in html
+    for row in report["ledger"]:  # the HTML shows the ledger's own figures, formatted as the Markdown
+        figures = f"<td>{fmt_figure(row['tokens_per_question'])}</td>"
+        figures += f"<td>{fmt_figure(row['worker_cpu_s'])} ("
+        assert figures in html and f"{fmt_figure(row['cost_per_question_usd'])} |" in markdown
+        assert f"<td>{fmt_figure(row['cost_per_question_usd'])}</td></tr>" in html
     assert (out_dir(paths) / "score_vs_cost.png").stat().st_size > 10_000  # drawn against $ per question
 
 
@@ -139,3 +145,36 @@ def test_a_bad_price_is_refused_before_the_run(tmp_path):
     with pytest.raises(RunConfigError, match=r"--price '1\.5': expected IN/OUT"):
         run(RunConfig(task="synthetic-memory", strategies=["truncation"], budgets=[300], out=tmp_path, price="1.5"))
     assert not (tmp_path / "cells").exists()
+
+
+def test_outside_services_show_in_markdown_and_html_as_the_ledger_sums_them():
+    """Declared hosts with their calls and bytes, undeclared ones refused: the same rows in both outputs."""
+    from budgetbench_core.report.html import _environment
+    from budgetbench_core.report.ledger import ledger_markdown, ledger_table
+
+    def row(item, hosts, undeclared):
+        return {
+            "event": "result",
+            "item_id": item,
+            "prompt_tokens": 100,
+            "completion_tokens": 5,
+            "metered": {"outside": {"hosts": hosts}, "undeclared": {"hosts": undeclared}},
+        }
+
+    cells = {
+        ("t", "vendor", 512): [
+            row("a", {"api.vendor.test": {"calls": 2, "bytes_sent": 300, "bytes_received": 4000}}, {}),
+            row("b", {"api.vendor.test": {"calls": 1, "bytes_sent": 120, "bytes_received": 900}}, {"evil.test": 3}),
+        ]
+    }
+    (ledger,) = ledger_table(cells, None)
+    assert ledger["outside"] == {"api.vendor.test": {"calls": 3, "bytes_sent": 420, "bytes_received": 4900}}
+    assert ledger["undeclared_network"] == {"evil.test": 3} and ledger["outside_bytes"] == 5320
+    markdown = "\n".join(ledger_markdown([ledger], None))
+    assert "| t | vendor | 512 | api.vendor.test | 3 | 420 / 4900 | declared |" in markdown
+    assert "| t | vendor | 512 | evil.test | 3 | — | **undeclared network use: refused** |" in markdown
+    html = _environment().get_template("ledger.html.j2").render(ledger=[ledger], price=None, approximate=False)
+    table = html.split('id="outside-hosts"')[1].split("</table>")[0]
+    assert '<td class="text">api.vendor.test</td><td>3</td><td>420 / 4900</td>' in table
+    assert '<td class="text">evil.test</td><td>3</td><td>—</td>' in table and "refused" in table
+    assert 'id="break-even"' not in html  # no write cost: nothing to amortise

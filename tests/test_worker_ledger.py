@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import types
 from collections import defaultdict
@@ -22,7 +23,7 @@ import pytest
 from budgetbench_core import MemorySystem, Message, Regime, RunConfig, hookimpl, run
 from budgetbench_core.memory_systems import IngestReport, RetrievedItem
 from budgetbench_core.report import write_report
-from budgetbench_core.report.ledger import ledger_markdown
+from budgetbench_core.report.ledger import fmt_figure, ledger_markdown
 from budgetbench_core.runlog import final_rows, iter_events
 from budgetbench_core.testing import FaultServer, registry_with, tokenizer_for
 from budgetbench_core.tokenizers import PromptCounter
@@ -185,3 +186,48 @@ def test_break_even_against_full_context_where_full_context_fits(memory_run):
     markdown = "\n".join(ledger_markdown(list(ledger.values()), None))
     assert "worker CPU s (write / read / other)" in markdown
     assert f"| cpu-notes-memory | {LARGE} | {ITEMS} | {large['break_even_questions']} |" in markdown
+
+
+def table_cells(html: str, table_id: str) -> dict[tuple[str, int], list[str]]:
+    """(strategy, budget) -> the texts of that row's cells in the HTML table ``table_id``."""
+    body = html.split(f'id="{table_id}"')[1].split("</table>")[0]
+    rows = {}
+    for line in body.split("<tr>")[1:]:
+        texts = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", line)]
+        if texts:
+            rows[(texts[1], int(texts[2]))] = texts
+    return rows
+
+
+def test_markdown_and_html_show_the_ledgers_own_figures(memory_run):
+    """Old code: the report's ledger had no write share, worker CPU or break-even columns."""
+    out, _, ledger = memory_run
+    markdown = (out / "report" / "report.md").read_text()
+    html = (out / "report" / "index.html").read_text()
+    shown = table_cells(html, "ledger")
+    assert set(shown) == set(ledger)
+    for key, row in ledger.items():
+        cpu = (
+            f"{fmt_figure(row['worker_cpu_s'])} ("
+            + " / ".join(fmt_figure(row[f"worker_cpu_{label}_s"]) for label in ("write", "read", "other"))
+            + ")"
+        )
+        assert shown[key][9:12] == [
+            fmt_figure(row["write_share_per_question"]),
+            fmt_figure(row["tokens_per_question"]),
+            cpu,
+        ]
+        md_row = f"| {fmt_figure(row['write_share_per_question'])} | {fmt_figure(row['tokens_per_question'])} | {cpu} |"
+        assert f"| {key[0]} | {key[1]} | {row['questions']} |" in markdown and md_row in markdown, key
+    memory = ledger[("cpu-notes-memory", LARGE)]
+    assert memory["worker_cpu_write_s"] is not None and memory["write_share_per_question"] > 0
+    even = table_cells(html, "break-even")
+    assert set(even) == {("cpu-notes-memory", SMALL), ("cpu-notes-memory", LARGE)}
+    for key, texts in even.items():
+        assert texts[3:] == [
+            str(ledger[key]["break_even_items"]),
+            fmt_figure(ledger[key]["break_even_questions"]),
+            ledger[key]["break_even_note"],
+        ]
+    assert f"| {ledger[('cpu-notes-memory', SMALL)]['break_even_note']} |" in markdown
+    assert 'id="outside-hosts"' not in html  # no plugin reached an outside service

@@ -18,6 +18,15 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
 from ..runlog import safe_name
 from .data import RunData
+from .ledger import (
+    BREAK_EVEN_INTRO,
+    OUTSIDE_INTRO,
+    WORKER_PHASES,
+    break_even_rows,
+    fmt_figure,
+    ledger_intro,
+    network_rows,
+)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -39,6 +48,15 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["fmt"] = fmt
+    env.filters["figure"] = fmt_figure
+    env.globals.update(
+        ledger_intro=ledger_intro,
+        break_even_rows=break_even_rows,
+        network_rows=network_rows,
+        BREAK_EVEN_INTRO=BREAK_EVEN_INTRO,
+        OUTSIDE_INTRO=OUTSIDE_INTRO,
+        WORKER_LABELS=[label for _, label in WORKER_PHASES],
+    )
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return env
 

@@ -231,7 +231,8 @@ def ledger_table(
     return table
 
 
-def _fmt(value: Any) -> str:
+def fmt_figure(value: Any) -> str:
+    """A ledger figure as both the Markdown and the HTML ledger show it (4 significant digits)."""
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -239,13 +240,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def ledger_markdown(ledger: list[dict[str, Any]], price: dict[str, Any] | None, note: str = "") -> list[str]:
-    """The report's "Cost ledger" section (Markdown lines), from ``ledger_table``'s rows."""
-    if not ledger:
-        return []
-    lines = [
-        f"## Cost ledger{note}",
-        "",
+def ledger_intro(price: dict[str, Any] | None) -> str:
+    """What the ledger counts and how its $ figures are priced: one text for Markdown and HTML."""
+    return (
         "Per cell, summed over its terminal rows: the answer prompts sent (violations were never sent) and "
         "their completions, the strategy's auxiliary calls, and the calls a plugin's own SDK made through the "
         "metering gateway (write: ingest, read: retrieval, aux: the rest). A memory system's write is recorded "
@@ -257,8 +254,47 @@ def ledger_markdown(ledger: list[dict[str, Any]], price: dict[str, Any] | None, 
             f"Price ({price['source']}): input x {price['input_per_token'] * 1e6:g} + output x "
             f"{price['output_per_token'] * 1e6:g} $ per million tokens."
             if price
-            else "No price for this model (the embedded model costs CPU time, not dollars; `run --price IN/OUT`)."
-        ),
+            else "No price for this model (the embedded model costs CPU time, not dollars; run --price IN/OUT)."
+        )
+    )
+
+
+BREAK_EVEN_INTRO = (
+    "Break-even against full context (memory systems with a write cost, over the items full context fits "
+    "at the same budget): the questions on one memory after which its write has paid for itself."
+)
+OUTSIDE_INTRO = (
+    "Outside services (through the harness's proxy): declared hosts are let through and metered; "
+    "connections to undeclared hosts were refused."
+)
+
+
+def break_even_rows(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ledger rows that carry a break-even (memory systems with a write cost)."""
+    return [r for r in ledger if "break_even_items" in r]
+
+
+def network_rows(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell and outside host: declared (calls, bytes) or undeclared (refused calls)."""
+    rows: list[dict[str, Any]] = []
+    for r in ledger:
+        cell = {"task": r["task"], "strategy": r["strategy"], "budget": r["budget"]}
+        for host, f in sorted(r["outside"].items()):
+            sent = f"{f['bytes_sent']} / {f['bytes_received']}"
+            rows.append(cell | {"host": host, "calls": f["calls"], "bytes": sent, "declared": True})
+        for host, calls in sorted(r["undeclared_network"].items()):
+            rows.append(cell | {"host": host, "calls": calls, "bytes": "—", "declared": False})
+    return rows
+
+
+def ledger_markdown(ledger: list[dict[str, Any]], price: dict[str, Any] | None, note: str = "") -> list[str]:
+    """The report's "Cost ledger" section (Markdown lines), from ``ledger_table``'s rows."""
+    if not ledger:
+        return []
+    lines = [
+        f"## Cost ledger{note}",
+        "",
+        ledger_intro(price),
         "",
         "| task | strategy | budget | questions | answer in / out | aux calls (in / out) | write calls (in / out) "
         "| read calls (in / out) | metered aux calls (in / out) | write per question | tokens per question "
@@ -267,51 +303,45 @@ def ledger_markdown(ledger: list[dict[str, Any]], price: dict[str, Any] | None, 
     ]
     lines += [
         f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['questions']} | "
-        f"{_fmt(r['answer_input_tokens'])} / {_fmt(r['answer_output_tokens'])} | "
+        f"{fmt_figure(r['answer_input_tokens'])} / {fmt_figure(r['answer_output_tokens'])} | "
         + " | ".join(
-            f"{r[f'{p}_calls']} ({_fmt(r[f'{p}_input_tokens'])} / {_fmt(r[f'{p}_output_tokens'])})"
+            f"{r[f'{p}_calls']} ({fmt_figure(r[f'{p}_input_tokens'])} / {fmt_figure(r[f'{p}_output_tokens'])})"
             for p in ("aux", "metered_write", "metered_read", "metered_aux")
         )
-        + f" | {_fmt(r['write_share_per_question'])} | {_fmt(r['tokens_per_question'])} | "
-        f"{_fmt(r['worker_cpu_s'])} ({' / '.join(_fmt(r[f'worker_cpu_{label}_s']) for _, label in WORKER_PHASES)}) | "
-        f"{_fmt(r['latency_p50_s'])} / {_fmt(r['latency_p95_s'])} | {_fmt(r['cost_per_question_usd'])} |"
+        + f" | {fmt_figure(r['write_share_per_question'])} | {fmt_figure(r['tokens_per_question'])} | "
+        f"{fmt_figure(r['worker_cpu_s'])} "
+        f"({' / '.join(fmt_figure(r[f'worker_cpu_{label}_s']) for _, label in WORKER_PHASES)}) | "
+        f"{fmt_figure(r['latency_p50_s'])} / {fmt_figure(r['latency_p95_s'])} | "
+        f"{fmt_figure(r['cost_per_question_usd'])} |"
         for r in ledger
     ]
     lines.append("")
-    even = [r for r in ledger if "break_even_items" in r]
+    even = break_even_rows(ledger)
     if even:
         lines += [
-            "Break-even against full context (memory systems with a write cost, over the items full context fits "
-            "at the same budget): the questions on one memory after which its write has paid for itself.",
+            BREAK_EVEN_INTRO,
             "",
             "| task | strategy | budget | items | break-even questions | why |",
             "|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['break_even_items']} | "
-            f"{_fmt(r['break_even_questions'])} | {r['break_even_note'] or ''} |"
+            f"{fmt_figure(r['break_even_questions'])} | {r['break_even_note'] or ''} |"
             for r in even
         ]
         lines.append("")
-    network = [r for r in ledger if r["outside"] or r["undeclared_network"]]
+    network = network_rows(ledger)
     if network:
         lines += [
-            "Outside services (through the harness's proxy): declared hosts are let through and metered; "
-            "connections to undeclared hosts were refused.",
+            OUTSIDE_INTRO,
             "",
             "| task | strategy | budget | host | calls | bytes sent / received | |",
             "|---|---|---|---|---|---|---|",
         ]
-        for r in network:
-            for host, f in sorted(r["outside"].items()):
-                lines.append(
-                    f"| {r['task']} | {r['strategy']} | {r['budget']} | {host} | {f['calls']} | "
-                    f"{f['bytes_sent']} / {f['bytes_received']} | declared |"
-                )
-            for host, calls in sorted(r["undeclared_network"].items()):
-                lines.append(
-                    f"| {r['task']} | {r['strategy']} | {r['budget']} | {host} | {calls} | — | "
-                    "**undeclared network use: refused** |"
-                )
+        lines += [
+            f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['host']} | {r['calls']} | {r['bytes']} | "
+            + ("declared |" if r["declared"] else "**undeclared network use: refused** |")
+            for r in network
+        ]
         lines.append("")
     return lines

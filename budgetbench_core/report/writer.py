@@ -23,7 +23,7 @@ from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
 from .html import fmt, item_page_name, write_html
 from .judge_audit import judge_audit_section
-from .ledger import ledger_table
+from .ledger import ledger_markdown, ledger_table
 from .noise import noise_table
 from .pivot import best_at_each_budget
 from .plots import write_plots
@@ -481,39 +481,7 @@ def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
                 for r in context["without_answerable"]
             ]
             lines.append("")
-    if context.get("ledger"):
-        price = context.get("price")
-        lines += [
-            f"## Cost ledger{note}",
-            "",
-            "Per cell, summed over its terminal rows: the answer prompts sent (violations were never sent) and "
-            "their completions, the strategy's auxiliary calls, and the calls a plugin's own SDK made through the "
-            "metering gateway (write: ingest, read: retrieval, aux: the rest). Tokens per question count every phase; "
-            "a count the server did not report leaves its total empty. "
-            + (
-                f"Price ({price['source']}): input x {price['input_per_token'] * 1e6:g} + output x "
-                f"{price['output_per_token'] * 1e6:g} $ per million tokens."
-                if price
-                else "No price for this model (the embedded model costs CPU time, not dollars; `run --price IN/OUT`)."
-            ),
-            "",
-            "| task | strategy | budget | questions | answer in / out | aux calls (in / out) | write calls (in / out) "
-            "| read calls (in / out) | metered aux calls (in / out) | tokens per question | latency p50 / p95 (s) "
-            "| $ per question |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['questions']} | "
-            f"{fmt(r['answer_input_tokens'])} / {fmt(r['answer_output_tokens'])} | "
-            + " | ".join(
-                f"{r[f'{p}_calls']} ({fmt(r[f'{p}_input_tokens'])} / {fmt(r[f'{p}_output_tokens'])})"
-                for p in ("aux", "metered_write", "metered_read", "metered_aux")
-            )
-            + f" | {fmt(r['tokens_per_question'])} | {fmt(r['latency_p50_s'])} / {fmt(r['latency_p95_s'])} | "
-            f"{fmt(r['cost_per_question_usd'])} |"
-            for r in context["ledger"]
-        ]
-        lines.append("")
+    lines += ledger_markdown(context["ledger"], context.get("price"), note)
     if context["noise"]:
         lines += [
             f"## Noise floor from repeats{note}",
