@@ -8,7 +8,7 @@ driver) is the only writer of the event log, the response cache and the manifest
 - an in-process executor (the built-in ``thread``, ``builtin/executors.py``) calls ``job.run_here(unit)``, which writes
   each row as it happens;
 - an executor that runs units elsewhere (``ray``) ships ``job.worker_spec()`` to its workers
-  once, has each worker run ``spec.build().run(unit, slots)``, and hands the returned
+  once, has each worker run ``spec.build().run(unit, slots, replies)``, and hands the returned
   :class:`UnitOutcome` to ``job.record(unit, outcome)`` in the driver. A unit whose worker is
   lost is simply run again: nothing of it was recorded, so it is never half-recorded.
 """
@@ -55,12 +55,28 @@ class UnitOutcome:
 Slots = Callable[[str], AbstractContextManager[Any]]
 
 
+class SharedReplies(ABC):
+    """The model replies of one run, shared by every worker of an executor that runs units
+    elsewhere: no worker asks the model for a reply another worker has, or is getting (a
+    thread run's one cache does the same for its threads)."""
+
+    @abstractmethod
+    def claim(self, key: str) -> Completion | None:
+        """The reply for ``key`` (a response-cache key) if a worker has it, waiting while one is
+        getting it; None: get it yourself, then ``put`` it."""
+
+    @abstractmethod
+    def put(self, key: str, completion: Completion) -> None:
+        """The reply for ``key``, for every worker (and whoever waits for it)."""
+
+
 class UnitWorker(ABC):
     """Runs units away from the driver: strategies built here, model called from here."""
 
     @abstractmethod
-    def run(self, unit: Unit, slots: Slots | None = None) -> UnitOutcome:
-        """Every remaining cell of ``unit``; rows and replies are returned, never written."""
+    def run(self, unit: Unit, slots: Slots | None = None, replies: SharedReplies | None = None) -> UnitOutcome:
+        """Every remaining cell of ``unit``; rows and replies are returned, never written.
+        ``replies``: the run's replies shared across workers (consulted before any model call)."""
 
 
 class WorkerSpec(ABC):

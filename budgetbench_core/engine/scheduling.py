@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..backends import Completion
-from ..executors import Job, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
+from ..executors import Job, SharedReplies, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from ..model_calls import ModelCaller
 from ..run_config import RunConfig
 from ..runlog import now
@@ -165,18 +165,31 @@ class _BufferLog:
 
 
 class _ReplyMemo:
-    """A worker's response cache: replies it got in this run, handed to the driver to store."""
+    """A worker's response cache: replies it got or was given in this run, handed to the driver
+    to store; ``shared`` (the executor's, if any) is asked before any model call and told of
+    every new reply, so no two workers ask the model the same thing."""
 
     def __init__(self) -> None:
         self.memo: dict[str, Completion] = {}
         self.new: list[tuple[str, Completion]] = []
+        self.shared: SharedReplies | None = None
         self._lock = threading.Lock()
 
     def lookup(self, key: str) -> tuple[Completion | None, str | None]:
         with self._lock:
-            return self.memo.get(key), None
+            hit = self.memo.get(key)
+        if hit is None and self.shared is not None:
+            hit = self.shared.claim(key)
+            if hit is not None:  # the worker that got it may be lost before the driver records it
+                self._keep(key, hit)
+        return hit, None
 
     def put(self, key: str, completion: Completion) -> None:
+        self._keep(key, completion)
+        if self.shared is not None:
+            self.shared.put(key, completion)
+
+    def _keep(self, key: str, completion: Completion) -> None:
         with self._lock:
             self.memo[key] = completion
             self.new.append((key, completion))
@@ -235,7 +248,9 @@ class RemoteWorker(UnitWorker):
             plugins, cache, config.max_concurrency, config.retries, config.timeout_s, caller_class=_ClusterCaller
         )
         scratch_dir = Path(tempfile.mkdtemp(prefix="budgetbench-scratch-"))
-        host, self.metering = plugin_host(config, tokenizer_info, scratch_dir, [run_dir], self.callers[0], counter)
+        host, self.metering = plugin_host(
+            config, plugins, tokenizer_info, scratch_dir, [run_dir], self.callers[0], counter
+        )
         self.intake = ItemIntake(config, plugins.task, plugins.ref("task", config.task))
         self.services = CellServices.assemble(
             config,
@@ -256,7 +271,8 @@ class RemoteWorker(UnitWorker):
         root = self.run_dir / "retrievals"
         return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} if root.exists() else {}
 
-    def run(self, unit: Unit, slots: Slots | None = None) -> UnitOutcome:
+    def run(self, unit: Unit, slots: Slots | None = None, replies: SharedReplies | None = None) -> UnitOutcome:
+        self.memo.shared = replies
         callers = {id(c): c for c in self.callers}.values()
         for caller in callers:
             caller.slots = slots

@@ -8,6 +8,11 @@ whose worker or node dies is retried by Ray (``max_retries``): nothing of it had
 written, so a unit is never half-recorded. A unit that still cannot finish becomes error
 rows (phase ``executor``) that a resumed run retries.
 
+Replies are shared across the cluster by a second actor: a worker asks it before any model
+call and tells it every reply, and while one worker is getting a reply the others asking for
+it wait, so a Ray run asks the model no more than a thread run does (a call in flight on a
+worker that dies is asked again by the unit's retry). Both actors live on the driver's node.
+
 Model connections are limited per model across the whole cluster by one small actor
 holding ``-j`` leases per model. A holder renews its lease every few seconds while its call
 runs; the lease of a worker that died expires within ``LEASE_TTL_S``, so a lost worker cannot
@@ -24,7 +29,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from budgetbench_core import Executor, Job, Unit, hookimpl
+from budgetbench_core import Executor, Job, SharedReplies, Unit, hookimpl
 
 LEASE_TTL_S = 10.0  # a lease not renewed for this long is free again (its holder died)
 RENEW_S = 2.0
@@ -90,6 +95,55 @@ def _limiter_class():
     return Limiter
 
 
+def _reply_store_class():
+    ray = _ray()
+
+    @ray.remote(num_cpus=0)
+    class ReplyStore:
+        """The run's replies for every worker; one ``claim`` of a key at a time gets None (it
+        calls the model), the others wait for its ``put``. A claimant that never puts (its call
+        failed, its worker died) is replaced after ``wait_s``."""
+
+        def __init__(self, wait_s: float) -> None:
+            self.wait_s = wait_s
+            self.replies: dict[str, Any] = {}
+            self.getting: dict[str, asyncio.Event] = {}
+
+        async def claim(self, key: str) -> Any:
+            while key not in self.replies:
+                getting = self.getting.get(key)
+                if getting is None:
+                    self.getting[key] = asyncio.Event()
+                    return None
+                try:
+                    await asyncio.wait_for(getting.wait(), timeout=self.wait_s)
+                except TimeoutError:
+                    if self.getting.get(key) is getting:
+                        del self.getting[key]  # the next pass claims it for this caller
+            return self.replies[key]
+
+        async def put(self, key: str, completion: Any) -> None:
+            self.replies[key] = completion
+            getting = self.getting.pop(key, None)
+            if getting is not None:
+                getting.set()
+
+    return ReplyStore
+
+
+class _Replies(SharedReplies):
+    """``SharedReplies`` through the run's ``ReplyStore`` actor."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def claim(self, key: str) -> Any:
+        return _ray().get(self.store.claim.remote(key))
+
+    def put(self, key: str, completion: Any) -> None:
+        _ray().get(self.store.put.remote(key, completion))
+
+
 class _Slot:
     """One lease of the cluster-wide limiter, held (and renewed) around one model call."""
 
@@ -114,14 +168,14 @@ class _Slot:
 _WORKERS: dict[str, Any] = {}
 
 
-def _run_unit(spec: Any, strategy: str, item: Any, todo: list, limiter: Any) -> Any:
+def _run_unit(spec: Any, strategy: str, item: Any, todo: list, limiter: Any, store: Any) -> Any:
     """The Ray task: build (or reuse) this process's worker for the run, run one unit."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     worker = _WORKERS.get(spec.key)
     if worker is None:
         _WORKERS.clear()  # a long-lived worker process keeps only the current run's strategies
         worker = _WORKERS[spec.key] = spec.build()
-    return worker.run(Unit(strategy, item, list(todo)), slots=lambda key: _Slot(limiter, key))
+    return worker.run(Unit(strategy, item, list(todo)), slots=lambda key: _Slot(limiter, key), replies=_Replies(store))
 
 
 class RayExecutor(Executor):
@@ -179,7 +233,12 @@ class RayExecutor(Executor):
 
     def _execute(self, ray: Any, job: Job) -> None:
         retries = self.settings.get("retries", 3)
-        limiter = _limiter_class().remote(job.max_concurrency)
+        # the limiter and the replies live on the driver's node: a lost worker node takes neither
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        limiter = _limiter_class().options(scheduling_strategy=here).remote(job.max_concurrency)
+        store = _reply_store_class().options(scheduling_strategy=here).remote(2 * job.timeout_s)
         unit_cpus = self.settings.get("unit_cpus", 1.0)
         run_unit = ray.remote(num_cpus=unit_cpus, max_retries=retries, retry_exceptions=False)(_run_unit)
         spec = ray.put(job.worker_spec())
@@ -198,7 +257,7 @@ class RayExecutor(Executor):
                         break
                     ref, count = items.get(unit.item.id) or (ray.put(unit.item), 0)
                     items[unit.item.id] = (ref, count + 1)
-                    in_flight[run_unit.remote(spec, unit.strategy, ref, unit.todo, limiter)] = unit
+                    in_flight[run_unit.remote(spec, unit.strategy, ref, unit.todo, limiter, store)] = unit
                 if not in_flight:
                     return
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)

@@ -210,3 +210,20 @@ def test_driver_killed_mid_way_resumes_to_the_same_rows(tmp_path, reference):
     assert max(terminal_counts(out).values()) == 1
     invocations = read_manifest(out)["invocations"]
     assert len(invocations) == 2 and invocations[0]["finished"] is None
+
+
+@pytest.mark.slow
+def test_a_ray_run_asks_the_model_nothing_a_thread_run_does_not(tmp_path, cluster):
+    """At a budget every strategy fits whole, the strategies send the same prompt for an item:
+    a thread run asks it once (one cache), and so must the Ray workers (the shared replies)."""
+    same = {**SETTINGS, "strategies": ["truncation", "recency", "full_context"], "budgets": [2000]}
+    with CountingServer() as server:
+        run(RunConfig(out=tmp_path / "threads", api_base=server.url, **{**same, "max_concurrency": 1}))
+        thread_requests = Counter(r.body_hash for r in server.requests)
+    assert max(thread_requests.values()) == 1 and sum(thread_requests.values()) == 8  # one prompt per item
+    with CountingServer(latency_s=0.2) as server:
+        summary = run(RunConfig(out=tmp_path / "ray", api_base=server.url, executor="ray", **same))
+        ray_requests = Counter(r.body_hash for r in server.requests)
+    assert ray_requests == thread_requests, "a reply one worker had was asked again by another"
+    assert summary.results == 3 * 8 and summary.model_calls == 8
+    assert comparable_rows(tmp_path / "ray") == comparable_rows(tmp_path / "threads")
