@@ -1,19 +1,13 @@
-"""Official dataset files: where they live when a task is not given an explicit path.
-
-``BUDGETBENCH_DATA_DIR`` (default ``~/.cache/budgetbench/data``) holds one folder per
-dataset; ``budgetbench data fetch NAME`` fills it when online, and tells users which file
-to place where when offline. Task plugins declare their datasets with the
-``register_datasets`` hook, so the core names none of them.
+"""Official datasets, the contract: what a task plugin declares with ``register_datasets``
+(where each file comes from, where its task reads it), so the core names none of them.
+Where the files live and how a task finds them is ``data_files``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-
-from .tasks import TaskDataError
+from pathlib import PurePosixPath
 
 
 @dataclass(frozen=True)
@@ -81,49 +75,3 @@ def _relative_inside(name: str) -> bool:
     """``name`` is a plain relative path (``db.json``, ``retail/db.json``): no root, no ``..``."""
     parts = PurePosixPath(name).parts
     return bool(parts) and "\\" not in name and not PurePosixPath(name).is_absolute() and ".." not in parts
-
-
-@dataclass(frozen=True)
-class FileStatus:
-    """One file of a dataset: where its task reads it and whether it is there."""
-
-    remote: str
-    path: Path
-    present: bool
-    size: int | None
-
-
-def dataset_status(dataset: Dataset, root: Path | None = None) -> list[FileStatus]:
-    """Each file of ``dataset`` under ``root`` (default ``data_dir()``), present or missing."""
-    folder = (root or data_dir()) / dataset.folder
-    rows = []
-    for remote, local in dataset.files.items():
-        path = folder / local
-        present = path.is_file()
-        rows.append(FileStatus(remote, path, present, path.stat().st_size if present else None))
-    return rows
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("BUDGETBENCH_DATA_DIR", Path.home() / ".cache" / "budgetbench" / "data"))
-
-
-def resolve_data_file(dataset: str, filename: str, path: str | os.PathLike[str] | None) -> Path:
-    """``path`` when given, else ``data_dir()/dataset/filename``; a clear error when missing."""
-    candidate = Path(path) if path else data_dir() / dataset / filename
-    if not candidate.is_file():
-        raise TaskDataError(
-            f"{dataset}: data file not found: {candidate}. Pass --task-option path=<file>, or {_fetch_hint(dataset)} "
-            f"(or place {filename} in {data_dir() / dataset})."
-        )
-    return candidate
-
-
-def _fetch_hint(folder: str) -> str:
-    """``budgetbench data fetch NAME`` for the registered dataset stored in ``folder``."""
-    from .plugins import get_registry
-
-    names = [d.name for d in get_registry().datasets().values() if d.folder == folder]
-    if names:
-        return f"run `budgetbench data fetch {names[0]}`"
-    return "see `budgetbench data fetch --help` for the datasets it can fetch"
