@@ -1,17 +1,19 @@
 """BudgetBench core: the public API that every plugin, built-in or third-party, uses.
 
 Everything a plugin may import is in ``__all__`` (plus ``budgetbench_core.testing`` for
-its tests); other modules are private. ``wilson`` is loaded on first use, because scipy
-is slow to import and ``budgetbench --version`` should not pay for it.
+its tests); other modules are private. ``wilson`` and ``pass_k`` are loaded on first use,
+because the report package pulls in scipy, slow to import, and ``budgetbench --version``
+should not pay for it.
 """
 
 from typing import Any
 
 from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
-from .datasets import Dataset, data_dir, resolve_data_file
+from .data_files import data_dir, resolve_data_file
+from .datasets import Dataset
 from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
-from .executors import Executor, Job, Unit, UnitOutcome, UnitWorker, WorkerSpec
+from .executors import Executor, Job, SharedReplies, Unit, UnitOutcome, UnitWorker, WorkerSpec
 from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
 from .memory_systems import (
@@ -71,6 +73,7 @@ __all__ = [
     "RetrievedItem",
     "RunConfig",
     "Session",
+    "SharedReplies",
     "StrategyContext",
     "Task",
     "TaskDataError",
@@ -89,6 +92,7 @@ __all__ = [
     "read_manifest",
     "redact",
     "resolve_data_file",
+    "pass_k",
     "run",
     "use_bundled_tiktoken_encodings",
     "wilson",
@@ -100,4 +104,8 @@ def __getattr__(name: str) -> Any:
         from .report.stats import wilson
 
         return wilson
+    if name == "pass_k":
+        from .report.pass_k import pass_k
+
+        return pass_k
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -123,7 +123,7 @@ class Run:
         self.intake = ItemIntake(config, self.plugins.task, self.plugins.ref("task", config.task))
         self.cells_total: dict[str, int] = {}
         self._announced = (-1, 0.0)  # (cells announced, when)
-        self.on_start: Callable[[int, dict[str, int]], None] | None = None
+        self.on_start: Callable[..., None] | None = None  # (total, per_strategy, final=...)
         self._done: set[tuple] | None = None  # the cells finished on disk, once the run key is known
 
     # ----------------------------------------------------------------- stages
@@ -199,9 +199,9 @@ class Run:
         whenever more items have arrived (at most once a second), and when the task is exhausted."""
         moment = time.monotonic()
         total = sum(self.cells_total.values())
-        if self.on_start and total != self._announced[0] and (final or moment - self._announced[1] >= 1.0):
+        if self.on_start and (final or (total != self._announced[0] and moment - self._announced[1] >= 1.0)):
             self._announced = (total, moment)
-            self.on_start(total, dict(self.cells_total))
+            self.on_start(total, dict(self.cells_total), final=final)
 
     def _wanted(self, shard: Shard | None, tally: Tally, progress: Any) -> Callable[[str], bool]:
         """Whether an item has a cell still to run; an item done in every cell is counted, never built."""
@@ -219,6 +219,8 @@ class Run:
                 skipped.add(item_id)
                 for strategy in owned:
                     self.cells_total[strategy] = self.cells_total.get(strategy, 0) + len(cells)
+                self._announce()  # the display knows of these cells before they are counted done
+                for strategy in owned:
                     progress(strategy, len(cells))
                 tally.add("cells_skipped", len(cells) * len(owned))
             return False
@@ -232,13 +234,16 @@ class Run:
         progress: Callable[[str, int], None] | None = None,
         on_start: Callable[[int, dict[str, int]], None] | None = None,
         on_cell: Callable[[dict[str, Any]], None] | None = None,
+        on_turn: Callable[[dict[str, Any]], None] | None = None,
     ) -> RunSummary:
-        """``progress(strategy, n)``: n cells done or found done; ``on_cell(row)``: a cell's terminal row."""
+        """``progress(strategy, n)``: n cells done or found done; ``on_start(total, per_strategy,
+        final=...)``: the cell totals known so far (``final``: the task has no more items);
+        ``on_cell(row)``: a cell's terminal row; ``on_turn(turn)``: an episode's finished turn."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.run_dir):
-            return self._execute(progress or (lambda name, n: None), on_start, Tally(on_cell))
+            return self._execute(progress or (lambda name, n: None), on_start, Tally(on_cell), on_turn)
 
-    def _execute(self, progress: Callable[[str, int], None], on_start: Any, tally: Tally) -> RunSummary:
+    def _execute(self, progress: Callable[[str, int], None], on_start: Any, tally: Tally, on_turn: Any) -> RunSummary:
         config, plugins = self.config, self.plugins
         started_clock = time.perf_counter()
         previous = read_manifest(self.run_dir)
@@ -267,7 +272,9 @@ class Run:
             )
             # no strategy may declare it reads these: the run directory and every file of the task's data
             guarded = [self.run_dir, *map(Path, data_files)]
-            host, metering = plugin_host(config, tokenizer_info, scratch_dir, guarded, model_callers[0], counter)
+            host, metering = plugin_host(
+                config, plugins, tokenizer_info, scratch_dir, guarded, model_callers[0], counter
+            )
             pool = StrategyPool(config, plugins, host)
             invoked = now()
             record = manifest(
@@ -279,6 +286,7 @@ class Run:
                 run_identity,
                 {name: pool.describe(name) for name in config.strategies},
                 dict(host.declared_reads) if host is not None else {},
+                dict(host.declared_hosts) if host is not None else {},
                 self.price,
             )
             # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
@@ -301,6 +309,7 @@ class Run:
                 evidence=self.intake.evidence,
                 tally=tally,
                 stop=self._stop,
+                on_turn=on_turn,
             )
 
             def spec() -> RemoteSpec:
@@ -341,6 +350,8 @@ class Run:
                     "calls_made": calls,
                 }
                 record["calls_made"] = sum(i["calls_made"] or 0 for i in record["invocations"])
+                if host is not None:  # refused before any cell was served: nobody's row shows them
+                    record["undeclared_network"] = list(host.proxy.unattributed)
                 ids = self.intake.selected_ids
                 record["selected_items"] = {config.task: {"count": len(ids), "ids": ids, "complete": complete}}
                 write_json_atomic(self.run_dir / "manifest.json", record)

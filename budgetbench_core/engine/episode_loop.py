@@ -5,7 +5,6 @@ the episode writes exactly one terminal row."""
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -75,8 +74,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
     settings = services.settings
     user = UserChannel(services.counter, services.caller, settings.seed + repeat, settings.user_context)
     strategy = services.strategies.get(strategy_name)
-    started = time.perf_counter()
-    latency = completion_tokens = attempts = 0.0
+    latency = strategy_s = completion_tokens = attempts = 0.0
     all_cached, matches = True, True
     last_reply, peak_served = "", None
     try:
@@ -121,6 +119,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             gated = build_prompt(services, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
                 return
+            strategy_s += cell.strategy_s or 0.0
             made_up = fabricated(gated.prompt, happened)
             if made_up:
                 cell.finish(
@@ -155,7 +154,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             known = completion.prompt_tokens is not None
             matches = matches and (not known or completion.prompt_tokens == gated.tokens)
             summary["served_counts_match"] = matches if known or summary["served_counts_match"] is not None else None
-            latency += completion.latency_s or 0.0
+            latency += 0.0 if outcome.cached else (completion.latency_s or 0.0)  # a cache hit took no model time
             completion_tokens += completion.completion_tokens or 0
             attempts += outcome.attempts
             all_cached = all_cached and outcome.cached
@@ -204,6 +203,20 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                 ).row(),
                 services.run_dir / EPISODE_LOG,
             )
+            if services.on_turn is not None:
+                services.on_turn(
+                    {
+                        "strategy": strategy_name,
+                        "budget": budget,
+                        "repeat": repeat,
+                        "item_id": item.id,
+                        "turn": turn + 1,
+                        "max_turns": task.turn_limit(),
+                        "prompt_tokens": gated.tokens,
+                        "latency_s": completion.latency_s,
+                        "cached": outcome.cached,
+                    }
+                )
             history.extend(step.messages)
             if step.done:
                 end_reason = "done"
@@ -261,7 +274,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             completion_tokens=int(completion_tokens),
             utilisation=peak / budget,
             latency_s=latency,
-            strategy_s=time.perf_counter() - started - latency,
+            strategy_s=strategy_s,  # summed over the turns' strategy calls, as a single-call cell's
             attempts=int(attempts),
             cached=all_cached,
         )

@@ -83,6 +83,7 @@ def manifest(
     identity: dict[str, Any],
     strategies: dict[str, Any],
     read_paths: dict[str, Any],
+    network_hosts: dict[str, Any],
     price: Any,
 ) -> dict[str, Any]:
     """The manifest a run writes before its first call (``strategies``: what each described)."""
@@ -108,6 +109,8 @@ def manifest(
         "price": price.to_dict() if price is not None else None,
         # what each confined strategy declared it reads beyond the Python environment (read_paths)
         "read_paths": read_paths,
+        # the outside services each confined strategy declared it needs (network_hosts), let through the proxy
+        "network_hosts": network_hosts,
         "task": json_safe_or_empty(plugins.task.manifest_notes()),
         "data_files": identity["data_files"],
         "grader": {

@@ -255,7 +255,7 @@ def grade(services: CellServices, cell: CellLog, item: Item, gated: Gated, outco
         return str.__str__(prediction)
 
     def checked_verdict(prediction: str) -> tuple[str, float, Any]:
-        verdict = services.grader.grade(item, prediction, services.grading)
+        verdict = services.grader.grade(item, prediction, services.grading(cell))
         quality = verdict.quality
         if isinstance(quality, bool) or not isinstance(quality, (int, float)):
             raise TypeError(f"quality is {type(quality).__name__}, not a number")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..backends import GenerationParams
 from ..cell import CellKey, CellLog
@@ -91,15 +92,36 @@ class CellServices:
     evidence: Mapping[str, Sequence[Any]]  # item id -> its evidence marks (intake)
     tally: Tally
     stop: threading.Event
+    on_turn: Callable[[dict[str, Any]], None] | None = None  # each finished episode turn, for the display
 
-    @property
-    def grading(self) -> GradingContext:
-        return GradingContext(judge=self.judge, judge_model=self.settings.judge_model or self.settings.model)
+    def grading(self, cell: CellLog | None = None) -> GradingContext:
+        """The grader's context; its judge calls are charged to ``cell`` (phase ``judge``)."""
+        return GradingContext(
+            judge=lambda messages, max_tokens: self.judge(messages, max_tokens, cell),
+            judge_model=self.settings.judge_model or self.settings.model,
+        )
 
-    def judge(self, messages: Sequence[Message], max_tokens: int) -> str:
-        """A grader's judge call: the judge's caller, temperature 0, the run's seed."""
+    def judge(self, messages: Sequence[Message], max_tokens: int, cell: CellLog | None = None) -> str:
+        """A grader's judge call: the judge's caller, temperature 0, the run's seed. Its tokens go
+        on ``cell``'s ``metered.judge``: our exact count when the judge is the run's model, the
+        judge server's own count otherwise (missing when it reports none)."""
         params = GenerationParams(int(max_tokens), 0.0, self.settings.seed)
-        return self.judge_caller.call(canonical_prompt(list(messages)), params).completion.text
+        prompt = canonical_prompt(list(messages))
+        outcome = self.judge_caller.call(prompt, params)
+        if cell is not None:
+            completion = outcome.completion
+            own_model = self.judge_caller is self.caller
+            totals = cell.metered.setdefault(
+                "judge", {"calls": 0, "input_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
+            )
+            totals["calls"] += 1
+            sent = self.counter.count(prompt) if own_model else completion.prompt_tokens
+            for name, value in (("input_tokens", sent), ("completion_tokens", completion.completion_tokens)):
+                if totals[name] is not None:
+                    totals[name] = None if value is None else totals[name] + value
+            if not outcome.cached:
+                totals["latency_s"] = round(totals["latency_s"] + (completion.latency_s or 0.0), 6)
+        return outcome.completion.text
 
     def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:
         s = self.settings
@@ -161,6 +183,7 @@ def callers(
 
 def plugin_host(
     config: RunConfig,
+    plugins: RunPlugins,
     tokenizer: dict[str, Any],
     scratch_dir: Path,
     guarded: list[Path],
@@ -168,14 +191,30 @@ def plugin_host(
     counter: PromptCounter,
 ) -> tuple[PluginHost | None, Metering | None]:
     """The confined workers of an isolated run, and the gateway their own SDKs call (with a
-    model to meter); ``guarded`` are the paths no strategy may declare it reads."""
+    model to meter); ``guarded`` are the paths no strategy may declare it reads, and no
+    strategy may declare it reaches the run's model or judge servers (only the gateway does)."""
     if config.isolation != "process":
         return None, None
     host = PluginHost(tokenizer, scratch_dir)
     host.guarded = guarded
+    host.guarded_hosts = server_hosts(plugins)
     metering = None
     if not config.prompts_only:
         metering = Metering(caller, counter, config.seed)
         metering.start()
         host.meter_with(metering)
     return host, metering
+
+
+def server_hosts(plugins: RunPlugins) -> list[str]:
+    """``host:port`` of every model server the run talks to (the embedded one once started)."""
+    hosts = []
+    for backend in (plugins.backend, plugins.judge_backend):
+        for name in ("api_base", "server_url"):
+            url = getattr(backend, name, None) if backend is not None else None
+            if isinstance(url, str) and "://" in url:
+                parts = urlsplit(url)
+                if parts.hostname:
+                    default = 443 if parts.scheme == "https" else 80
+                    hosts.append(f"{parts.hostname}:{parts.port or default}")
+    return sorted(set(hosts))

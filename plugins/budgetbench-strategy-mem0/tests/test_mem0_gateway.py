@@ -21,10 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from budgetbench_strategy_mem0.plugin import GATEWAY, through_gateway
 
-from budgetbench_core import Message, PromptCounter, RunConfig, run
-from budgetbench_core.report import write_report
-from budgetbench_core.runlog import final_rows, iter_events
-from budgetbench_core.testing import embedded_model_file, registered, tokenizer_for
+from budgetbench_core import Message, PromptCounter, RunConfig, final_rows, iter_events, run
+from budgetbench_core.testing import embedded_model_file, invoke_cli, registered, tokenizer_for
 
 EXTRACTION_CONTEXT = 10240  # the embedded model's 8192 plus the room it allows for output
 
@@ -144,6 +142,8 @@ def test_mem0_infer_extraction_calls_are_the_ledgers_write_calls_call_for_call(t
     assert write["calls"] == len(answered)
     assert write["input_tokens"] == sum(tokens for tokens, _ in answered)
     assert write["cpu_s"] > 0  # the worker's own CPU while it ingested
-    (ledger,) = json.loads(write_report(out)["json"].read_text())["ledger"]
+    written = invoke_cli("report", str(out), "--format", "json")  # the public way to write a report
+    assert written.exit_code == 0, written.output
+    (ledger,) = json.loads((out / "report" / "report.json").read_text())["ledger"]
     assert ledger["metered_write_calls"] == len(answered)
     assert ledger["metered_write_input_tokens"] == write["input_tokens"]

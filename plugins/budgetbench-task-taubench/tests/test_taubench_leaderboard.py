@@ -25,9 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from taubench_support import DATA, needs_data  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "budgetbench_task_taubench" / "data"
-PENDING = pytest.mark.xfail(
-    strict=True, raises=ImportError, reason="pending: pass_k in budgetbench_core.__all__ (budgetbench_core/__init__.py)"
-)
 pytestmark = [needs_data, pytest.mark.slow]
 
 
@@ -89,7 +86,6 @@ def export(run, target, *extra):
     )
 
 
-@PENDING
 def test_export_validates_and_its_pass_k_comes_from_the_trajectories(retail_run, tmp_path):
     run, _ = retail_run
     target = tmp_path / "submission" / "submission.json"
@@ -140,7 +136,6 @@ def test_export_validates_and_its_pass_k_comes_from_the_trajectories(retail_run,
     assert submission["results"]["retail"]["pass_3"] is None and submission["results"]["retail"]["cost"] is None
 
 
-@PENDING
 def test_regrade_on_fixed_data_changes_the_fixed_rewards_under_a_new_run_key(retail_run, tmp_path):
     run, data = retail_run
     rows = final_rows(run)
@@ -177,7 +172,6 @@ def test_regrade_on_fixed_data_changes_the_fixed_rewards_under_a_new_run_key(ret
     assert refused.exit_code == 2 and "never into the run directory" in refused.output
 
 
-@PENDING
 def test_export_refuses_a_run_whose_data_changed_since(retail_run, tmp_path):
     run, data = retail_run
     rows = final_rows(run)
