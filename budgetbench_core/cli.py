@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from . import interrupts
 from .config_file import config_option, copy_into_run
 from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .merge import merge_command
+from .option_values import SECRET_OPTION_HINT, parse_budgets, parse_pairs, parse_strategy_params
 from .params import check_run, did_you_mean, parameters_of
 from .plugin_commands import check_plugin, data, new_plugin
 from .plugins import PluginError, UnknownNameError, get_registry
@@ -33,38 +33,6 @@ from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, refuse_credentia
 from .tasks import TaskDataError
 
 console = Console(stderr=True)
-
-SECRET_OPTION_HINT = (
-    "API keys are never taken on the command line (they would land in shell history and logs). "
-    "Set the provider's environment variable instead, e.g. OPENAI_API_KEY or OPENROUTER_API_KEY."
-)
-
-
-def _parse_pairs(values: tuple[str, ...], option: str) -> dict[str, object]:
-    """``key=value`` pairs; values parsed as JSON when they are valid JSON, else kept as text."""
-    parsed: dict[str, object] = {}
-    for raw in values:
-        key, sep, value = raw.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected key=value, got {raw!r}", param_hint=option)
-        if "key" in key.lower() and "api" in key.lower():
-            raise click.UsageError(SECRET_OPTION_HINT)
-        try:
-            parsed[key] = json.loads(value)
-        except json.JSONDecodeError:
-            parsed[key] = value
-    return parsed
-
-
-def _strategy_params(values: tuple[str, ...]) -> dict[str, dict[str, object]]:
-    """``strategy.key=value`` pairs grouped by strategy."""
-    grouped: dict[str, dict[str, object]] = {}
-    for key, value in _parse_pairs(values, "--strategy-param").items():
-        strategy, dot, name = key.partition(".")
-        if not dot:
-            raise click.BadParameter(f"expected strategy.key=value, got {key!r}", param_hint="--strategy-param")
-        grouped.setdefault(strategy, {})[name] = value
-    return grouped
 
 
 def _refuse_secret_option(ctx, param, value) -> None:
@@ -429,25 +397,6 @@ def display_options() -> list:
     ]
 
 
-_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kK]?)$")
-
-
-def parse_budgets(text: str) -> list[int]:
-    """``"2048 4096"``, ``"2048,4096"`` or ``"2k 4k"`` (k = 1024) as a list of positive integers."""
-    budgets = []
-    for part in text.replace(",", " ").split():
-        match = _BUDGET.match(part)
-        value = float(match.group(1)) * (1024 if match.group(2) else 1) if match else None
-        if value is None or value != int(value) or value <= 0:
-            raise click.BadParameter(
-                f"{part!r} is not a budget; give positive token counts like 2048 or 2k", param_hint="--budgets"
-            )
-        budgets.append(int(value))
-    if not budgets:
-        raise click.BadParameter("give at least one positive budget", param_hint="--budgets")
-    return budgets
-
-
 def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: bool) -> RunConfig:
     """Names and parameters always; then the preflight, which also picks default tiers."""
     try:
@@ -496,8 +445,8 @@ def run_command(
         strategies=list(strategies),
         budgets=parse_budgets(budgets) if budgets else [],
         out=out or Path("runs") / task,
-        task_options=_parse_pairs(task_options, "--task-option"),
-        strategy_params=_strategy_params(strategy_params),
+        task_options=parse_pairs(task_options, "--task-option"),
+        strategy_params=parse_strategy_params(strategy_params),
         **{**settings, "executor_options": _executor_options(settings["executor_options"])},
     )
     config = _prepare(config, budgets_given=bool(budgets), no_preflight=no_preflight, quiet=display == "none")
@@ -729,7 +678,7 @@ def describe(name, as_json):
 def _executor_options(pairs: tuple[str, ...]) -> dict[str, object]:
     """``--executor-option`` pairs, then the ``--<executor>-<key>`` spellings given."""
     given = click.get_current_context().meta.get("executor_options", {})
-    return {**_parse_pairs(pairs, "--executor-option"), **given}
+    return {**parse_pairs(pairs, "--executor-option"), **given}
 
 
 def add_executor_options(command: click.Command) -> None:

@@ -17,7 +17,8 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
-from .datasets import Dataset, data_dir, dataset_status
+from .data_files import data_dir, dataset_status
+from .datasets import Dataset
 from .plugins import UnknownNameError, get_registry
 
 console = Console(stderr=True)
@@ -155,8 +156,8 @@ def check_plugin(name, model, api_base, tokenizer, budgets, as_json):
 
     Exits 1 when any check fails.
     """
-    from .cli import parse_budgets
-    from .testing import open_kit
+    from .conformance import open_kit
+    from .option_values import parse_budgets
 
     names = strategies_of(name)
     registry = get_registry()

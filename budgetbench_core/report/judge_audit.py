@@ -424,7 +424,7 @@ def judge_audit_section(run_dir: Path, rows: Iterable[dict[str, Any]]) -> JudgeA
 
 def _settings(run_dir: Path | None, task, task_options, grader, judge_model, judge_api_base, seed) -> dict[str, Any]:
     """Task, grader and judge from the command line, or from RUN_DIR's manifest (options given win)."""
-    from ..cli import _parse_pairs
+    from ..option_values import parse_pairs as _parse_pairs
     from ..runlog import read_manifest
 
     settings: dict[str, Any] = {"api_base": judge_api_base, "seed": seed, "options": {}}
