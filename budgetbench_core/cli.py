@@ -125,7 +125,9 @@ class BudgetBenchGroup(click.Group):
 
     def get_command(self, ctx, cmd_name):
         command = super().get_command(ctx, cmd_name)
-        if command is None or cmd_name == "run":  # run: the executors' options (--ray-address)
+        if cmd_name == "run":  # the executors' options (--ray-address), from the index: no plugin imported
+            add_executor_options(command)
+        elif command is None:
             self._add_plugin_commands()
             command = super().get_command(ctx, cmd_name)
         return command
@@ -683,18 +685,16 @@ def _executor_options(pairs: tuple[str, ...]) -> dict[str, object]:
 
 def add_executor_options(command: click.Command) -> None:
     """``--<executor>-<key>`` on ``run`` for every option a registered executor declares
-    (``--ray-address``); each value goes to ``RunConfig.executor_options`` under ``key``."""
-    from .plugins import PluginError
-
-    registry = get_registry()
+    (``--ray-address``); each value goes to ``RunConfig.executor_options`` under ``key``. The
+    names and help come from the plugin index, so no executor plugin is imported for them."""
     try:
-        executors = [registry.get("executor", name).obj for name in registry.names("executor")]
+        declared = get_registry().executor_options()
     except PluginError:
         return  # a broken executor plugin is reported by list-plugins; the others still run
     taken = {opt for param in command.params for opt in getattr(param, "opts", [])}
-    for executor in executors:
-        for key, text in sorted(executor.options.items()):
-            flag = f"--{executor.name}-{key.replace('_', '-')}"
+    for executor, options in declared.items():
+        for key, text in sorted(options.items()):
+            flag = f"--{executor}-{key.replace('_', '-')}"
             if flag in taken:
                 continue
 
@@ -704,7 +704,7 @@ def add_executor_options(command: click.Command) -> None:
 
             command.params.append(
                 click.Option(
-                    [flag], default=None, expose_value=False, callback=store, help=f"({executor.name} executor) {text}"
+                    [flag], default=None, expose_value=False, callback=store, help=f"({executor} executor) {text}"
                 )
             )
             taken.add(flag)

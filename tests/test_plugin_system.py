@@ -326,13 +326,9 @@ print(json.dumps(seen))
     assert list((tmp_path / "cache" / "budgetbench").glob("plugin-index-*.json"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pending outside the plugin system: cli.py adds every plugin's commands to build `run` "
-    "(it needs only registry.executor_options()), and params.resolve reads registry.entries "
-    "(registry.names(kind) is enough); both import every plugin",
-)
 def test_run_with_a_builtin_strategy_imports_no_third_party_plugin(tmp_path):
+    """`run -s truncation` builds its command and runs from the plugin index: the executors' options
+    (`--ray-address`) and the names it checks import no third-party distribution."""
     code = (
         "import sys, io, contextlib\nsys.argv = ['budgetbench', *sys.argv[1:]]\n"
         "from budgetbench_core.cli import main\n"
