@@ -103,6 +103,7 @@ def test_a_harness_error_leaves_the_cell_incomplete_and_the_headline_says_so(mix
     markdown = (mixed_run / "report" / "report.md").read_text()
     assert "err., incomplete" in markdown and "failed (0)" in markdown
     assert "quality_scored" in markdown  # both denominators, side by side
+    assert report["pass_k"] == {} and "pass^k" not in markdown  # one repeat: no pass^k section
 
 
 def test_one_summarise_feeds_the_report_and_the_terminal_summary(mixed_run):

@@ -1,14 +1,25 @@
-"""pass^k as tau2-bench computes it (mean over tasks of C(c, k) / C(n, k)) and the flip rate."""
+"""pass^k as tau2-bench computes it (mean over tasks of C(c, k) / C(n, k)) and the flip rate, and
+the report's pass^k section on a loopback run with ``repeats=2`` (a server that answers some items
+right by the call, violations, harness errors), recomputed from the raw rows."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+import zlib
+from collections import defaultdict
+from typing import Any
 
 import pytest
 
-from budgetbench_core.report.pass_k import pass_hat_k, pass_k, pass_k_table
+from budgetbench_core import RunConfig, run
+from budgetbench_core.report import write_report
+from budgetbench_core.report.html import fmt
+from budgetbench_core.report.pass_k import pass_hat_k, pass_k, pass_k_section, pass_k_table
+from budgetbench_core.runlog import final_rows
+from budgetbench_core.testing import FaultServer
 
 
 def test_hand_computed_values():
@@ -75,3 +86,103 @@ def test_table_over_cell_rows_counts_a_violation_as_a_failure_and_skips_errors()
     assert figures["trials"] == [1, 2] and sorted(figures["pass_k"]) == [1]
     assert figures["pass_k"][1] == pytest.approx((0.5 + 1 + 1) / 3)
     assert figures["flipped_tasks"] == ["t1"]
+
+
+BUDGETS = [200, 2000]  # full context (600-token histories) violates at 200
+OPTIONS = {"items": 8, "history_tokens": 600}
+
+
+def coin_reply():
+    """Right on some queries every call, wrong on others, and on the rest by a hash of the call count."""
+    from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+
+    answers = {i.query.content: str(i.answer) for i in SyntheticMemory(**OPTIONS).load(None, 0)}
+    calls: dict[str, int] = defaultdict(int)
+
+    def reply(messages):
+        query = messages[-1]["content"]
+        calls[query] += 1
+        kind = zlib.crc32(query.encode()) % 3
+        right = kind == 0 or (kind == 1 and zlib.crc32(f"{query}{calls[query]}".encode()) % 2 == 0)
+        return answers.get(query, "no idea") if right else "no idea"
+
+    return reply
+
+
+@pytest.fixture(scope="module")
+def repeated_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pass-k") / "run"
+    with FaultServer(reply=coin_reply(), rate=0.1, faults=("500",), seed=5) as server:
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["truncation", "full_context"],
+                budgets=BUDGETS,
+                out=out,
+                api_base=server.url,
+                model="openai/fault-model",
+                tokenizer="tiktoken:cl100k_base",
+                task_options=OPTIONS,
+                repeats=2,
+                retries=0,
+                max_concurrency=1,
+                timeout_s=30.0,
+            )
+        )
+    return out, write_report(out, formats=["json", "md", "html"])
+
+
+def recomputed_pass_k(out) -> dict[tuple[str, int], dict[str, Any]]:
+    """pass^k per cell from the raw terminal rows: successes = results of quality 1, a violation a
+    failure, errors left out (the run has no strategy errors)."""
+    trials: dict[tuple[str, int], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for row in final_rows(out).values():
+        if row["event"] in ("result", "violation"):
+            won = row["event"] == "result" and row["quality"] == 1
+            trials[(row["strategy"], row["budget"])][row["item_id"]].append(won)
+    figures = {}
+    for cell, items in trials.items():
+        largest = min(len(t) for t in items.values())
+        figures[cell] = {
+            "pass_k": {
+                k: sum(math.comb(sum(t), k) / math.comb(len(t), k) for t in items.values()) / len(items)
+                for k in range(1, largest + 1)
+            },
+            "flip": sum(0 < sum(t) < len(t) for t in items.values() if len(t) >= 2)
+            / sum(len(t) >= 2 for t in items.values()),
+        }
+    return figures
+
+
+def test_a_run_with_repeats_reports_pass_k_per_cell_in_every_format(repeated_run):
+    out, paths = repeated_run
+    rows = final_rows(out).values()
+    assert any(r["event"] == "violation" for r in rows) and any(r["event"] == "error" for r in rows)
+    expected = recomputed_pass_k(out)
+    report = json.loads(paths["json"].read_text())
+    section = report["pass_k"]
+    assert section["k"] == [1, 2] and len(section["cells"]) == len(expected) == 4
+    markdown, html = paths["md"].read_text(), paths["html"].read_text()
+    assert "## pass^k from repeats" in markdown and "<th>pass^2</th>" in html
+    table = html.split('id="pass-k"')[1].split("</table>")[0]
+    for cell in section["cells"]:
+        want = expected[(cell["strategy"], cell["budget"])]
+        got = {int(k): v for k, v in cell["pass_k"].items()}
+        assert got == pytest.approx(want["pass_k"]) and cell["flip_rate"] == pytest.approx(want["flip"])
+        shown = [fmt(got.get(k)) for k in section["k"]]  # "–" past a cell's own largest k
+        figures = " | ".join(shown)
+        line = f"| {cell['strategy']} | {cell['budget']} | {cell['tasks']} |"
+        assert line in markdown and f" | {figures} | {fmt(cell['flip_rate'])} |" in markdown
+        assert "".join(f"<td>{v}</td>" for v in shown) + f"<td>{fmt(cell['flip_rate'])}</td>" in table
+    full_small = expected[("full_context", BUDGETS[0])]
+    assert full_small["pass_k"] == {1: 0.0, 2: 0.0}  # every trial a violation
+    assert 0 < max(w["flip"] for w in expected.values()) < 1  # the server flips on some items only
+
+
+def test_a_run_without_repeats_has_no_pass_k_section(repeated_run):
+    out, _ = repeated_run
+    once = [r for r in final_rows(out).values() if r["repeat"] == 0]
+    cells: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in once:
+        cells[(row["task"], row["strategy"], row["budget"])].append(row)
+    assert pass_k_table(cells) and pass_k_section(cells) == {}

@@ -27,6 +27,7 @@ from .ledger import (
     ledger_intro,
     network_rows,
 )
+from .pass_k import PASS_K_INTRO
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -56,6 +57,7 @@ def _environment() -> Environment:
         BREAK_EVEN_INTRO=BREAK_EVEN_INTRO,
         OUTSIDE_INTRO=OUTSIDE_INTRO,
         WORKER_LABELS=[label for _, label in WORKER_PHASES],
+        pass_k_intro=PASS_K_INTRO,
     )
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return env

@@ -21,6 +21,15 @@ from typing import Any
 
 from .noise import repeat_values
 
+PASS_K_INTRO = (
+    "Per cell of a run with repeats: pass^k is the chance that k independent trials of an item all succeed "
+    "(quality 1; a violation or the strategy's error is a failure, a harness error is left out), estimated as "
+    "tau2-bench does, the mean over items of C(c, k) / C(n, k) for c successes in n trials; k runs up to the "
+    "smallest trial count of any item. The flip rate is the share of items tried at least twice that neither "
+    "always nor never succeed."
+)
+"""What the report's pass^k section says it shows (Markdown and HTML)."""
+
 SUCCESS_TOLERANCE = 1e-6  # upstream's is_successful: reward within 1e-6 of 1
 
 
@@ -66,3 +75,12 @@ def pass_k_table(cells: Mapping[tuple[str, str, int], list[dict[str, Any]]]) -> 
         if figures:
             table.append({"task": task, "strategy": strategy, "budget": budget, **figures})
     return table
+
+
+def pass_k_section(cells: Mapping[tuple[str, str, int], list[dict[str, Any]]]) -> dict[str, Any]:
+    """The report's pass^k section: the cells whose items were tried at least twice (``run
+    --repeats k``, k >= 2) with the ks any of them reaches; empty for a run without repeats."""
+    rows = [row for row in pass_k_table(cells) if max(row["trials"]) >= 2]
+    if not rows:
+        return {}
+    return {"k": sorted({k for row in rows for k in row["pass_k"]}), "cells": rows}

@@ -25,6 +25,7 @@ from .html import fmt, item_page_name, write_html
 from .judge_audit import judge_audit_section
 from .ledger import ledger_markdown, ledger_table
 from .noise import noise_table
+from .pass_k import PASS_K_INTRO, pass_k_section
 from .pivot import best_at_each_budget
 from .plots import write_plots
 
@@ -258,6 +259,7 @@ def _curve_context(data: RunData, summary: list[dict[str, Any]], metric: str, va
         "curves": curves,
         "ranking": ranking,
         "noise": noise,
+        "pass_k": pass_k_section(cells) if metric == "quality_all" else {},
         "controls": controls,
         "answerable": answerable,
         "without_answerable": without_answerable,
@@ -482,6 +484,7 @@ def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
             ]
             lines.append("")
     lines += ledger_markdown(context["ledger"], context.get("price"), note)
+    lines += _pass_k_markdown(context["pass_k"], note)
     if context["noise"]:
         lines += [
             f"## Noise floor from repeats{note}",
@@ -502,6 +505,30 @@ def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
         ]
         lines.append("")
     return lines
+
+
+def _pass_k_markdown(section: dict[str, Any], note: str) -> list[str]:
+    """The pass^k section (``pass_k.pass_k_section``) as Markdown lines; none without repeats."""
+    if not section:
+        return []
+    ks = section["k"]
+    lines = [
+        f"## pass^k from repeats{note}",
+        "",
+        PASS_K_INTRO,
+        "",
+        "| task | strategy | budget | items | trials | "
+        + " | ".join(f"pass^{k}" for k in ks)
+        + " | flip rate | flipped |",
+        "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|",
+    ]
+    lines += [
+        f"| {r['task']} | {r['strategy']} | {r['budget']} | {r['tasks']} | {', '.join(map(str, r['trials']))} | "
+        + " | ".join(fmt(r["pass_k"].get(k)) for k in ks)
+        + f" | {fmt(r['flip_rate'])} | {len(r['flipped_tasks'])} |"
+        for r in section["cells"]
+    ]
+    return lines + [""]
 
 
 def _markdown(context: dict[str, Any]) -> str:
