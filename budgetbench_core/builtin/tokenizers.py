@@ -142,7 +142,10 @@ class ServerTokenizer(Tokenizer):
         if self.base_url.endswith("/v1"):
             self.base_url = self.base_url[: -len("/v1")]
         self._http = httpx.Client(base_url=self.base_url, timeout=60.0)
-        self.info = TokenizerInfo(id=f"server:{self.base_url}", backend="llama.cpp-server", exact=True)
+        # The embedded server listens on a port chosen per run: its model file names it, so rows of
+        # identical runs are identical; a server named by URL is named by its URL.
+        ident = f"embedded:{model_file.name}" if model_file is not None else self.base_url
+        self.info = TokenizerInfo(id=f"server:{ident}", backend="llama.cpp-server", exact=True)
         self._lock = threading.Lock()
         self._prepare_lock = threading.Lock()
         self._pieces = CountCache(size=self._PIECE_CACHE_SIZE)
