@@ -8,7 +8,16 @@ should not pay for it.
 
 from typing import Any
 
-from .backends import Backend, Completion, FatalError, GenerationParams, ResponseError, TransportError
+from .backends import (
+    AsyncBackend,
+    Backend,
+    BackendCheck,
+    Completion,
+    FatalError,
+    GenerationParams,
+    ResponseError,
+    TransportError,
+)
 from .data_files import data_dir, resolve_data_file
 from .datasets import Dataset
 from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges
@@ -45,7 +54,9 @@ __all__ = [
     "WorkerSpec",
     "ROLES",
     "AuxiliaryBudgetError",
+    "AsyncBackend",
     "Backend",
+    "BackendCheck",
     "Episode",
     "EpisodicTask",
     "Step",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from .messages import Message
@@ -55,6 +55,19 @@ class Completion:
     model: str | None = None
 
 
+@dataclass
+class BackendCheck:
+    """What a backend's ``preflight`` learnt before a run: the model's input context where it
+    could learn it (and where from), a server's hard limit on prompt plus output, one line per
+    problem naming the fix, and what passed."""
+
+    context_tokens: int | None = None
+    context_source: str = ""
+    total_limit: int | None = None
+    problems: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+
+
 class Backend(ABC):
     """Base class for model backends. Subclasses set ``name``.
 
@@ -64,11 +77,21 @@ class Backend(ABC):
 
     ``complete`` is required. A backend that also defines ``acomplete`` is awaited on the
     harness's one shared event loop instead (no thread per call in flight); ``async_calls``
-    says, per instance, which of the two the harness uses.
+    says, per instance, which of the two the harness uses (``AsyncBackend`` is the base for
+    one that is async only).
+
+    What the harness asks of a backend rather than assuming from its name: ``preflight`` (what
+    it can check before a run, its context window), ``counts_on_own_server`` (its default
+    tokenizer needs its own server, started with the run), ``total_deadline_s`` (the deadline
+    of one attempt) and ``activity`` (what a call in flight is doing, for the Ctrl-C message).
+    Constructor options the runner passes: ``api_base``, ``timeout_s``, ``max_context`` (the
+    largest budget plus output), ``max_concurrency`` and ``server_prompt_cache``; accept the
+    ones you do not use in ``**options``.
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    counts_on_own_server: ClassVar[bool] = False
 
     def __init__(self, model: str, api_base: str | None = None, timeout_s: float = 120.0, **options: Any) -> None:
         self.model = model
@@ -103,7 +126,44 @@ class Backend(ABC):
         never block: a blocked loop stops every call of the process until the deadlines pass."""
         raise NotImplementedError(f"{type(self).__name__} has no acomplete")
 
+    def preflight(self, flag: str, full: bool, judge: bool = False, prompts_only: bool = False) -> BackendCheck:
+        """Checks before the run (``flag`` names the option, ``--model`` or ``--judge-model``):
+        ``full`` False (``--no-preflight``) allows no network; a ``judge`` is not contacted; a
+        ``prompts_only`` run calls no model. Default: nothing known, nothing wrong."""
+        return BackendCheck()
+
+    def total_deadline_s(self, configured: float) -> float | None:
+        """The deadline of one attempt, given ``--timeout``; None: none (the cell's deadline
+        still applies), for a local server that is slow but alive. Default: ``configured``."""
+        return configured
+
+    def activity(self) -> str | None:
+        """What the calls in flight are doing (prompt tokens processed...), or None."""
+        return None
+
     def async_calls(self) -> bool:
         """Whether the harness awaits ``acomplete`` rather than calling ``complete`` on a
         thread: True when a subclass defines ``acomplete``. Asked once per run."""
         return type(self).acomplete is not Backend.acomplete
+
+
+class AsyncBackend(Backend):
+    """A backend whose calls are coroutines: implement ``acomplete`` (it must await, never
+    block); ``complete``, for callers outside a run, runs it on the harness's shared event
+    loop. Open per-loop resources (an aiohttp session) lazily with ``loop_resource``."""
+
+    @abstractmethod
+    async def acomplete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        """One chat completion, awaited on the shared loop."""
+
+    def complete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
+        from .event_loop import shared_loop
+
+        return shared_loop().run(self.acomplete(messages, params))
+
+    def loop_resource(self, key: str, factory: Any, close: Any) -> Any:
+        """The loop's resource ``key``, made by ``factory()`` on first use and closed with the
+        coroutine ``close(resource)`` at exit."""
+        from .event_loop import shared_loop
+
+        return shared_loop().resource(key, factory, close)

@@ -174,9 +174,8 @@ class ModelCaller:
             deadlines = list(self._flying.values())
         if not deadlines:
             return []
-        activity = getattr(self.backend, "activity", None)
         try:
-            said = activity() if callable(activity) else None
+            said = self.backend.activity()
         except Exception:  # noqa: BLE001 - a description only; the message goes out without it
             said = None
         what = said if isinstance(said, str) else None
@@ -185,9 +184,7 @@ class ModelCaller:
     def _total_deadline(self, outer: Deadline | None) -> tuple[Deadline, bool]:
         """The attempt's deadline and whether the backend set none (``total_deadline_s``, asked
         once per timeout and contained: it is plugin code; None leaves only the cell's deadline)."""
-        choose = getattr(self.backend, "total_deadline_s", None)
-        if not callable(choose):
-            return Deadline.within(self.timeout_s, outer), False
+        choose = self.backend.total_deadline_s
         if self.timeout_s not in self._chosen:
             configured = self.timeout_s
             seconds: object = contained("model", self.plugin, lambda: choose(configured), Deadline(configured))

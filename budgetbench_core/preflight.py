@@ -1,32 +1,26 @@
 """Checks before the first cell, so a mistake costs seconds, not a run of errored cells.
 
-In order: the model's provider is known and its key is set (litellm's own environment
-validation), the server answers (``/v1/models`` for an ``--api-base``, ``/api/tags``
-for Ollama, one tiny call for a hosted provider), the tokenizer loads and counts, and
-every budget fits the model's context where it can be learnt. Every failure is one
-line naming what to change. ``budgetbench run --no-preflight`` skips the checks that
-need the network or the tokenizer; parameter checks (``params``) always run.
+In order: what the model's backend can check for itself (``Backend.preflight``: for litellm,
+the provider, its key and the server; for the embedded model, its file), the tokenizer
+loads and counts, and every budget fits the model's context where the backend learnt it.
+Nothing here depends on which backend it is. Every failure is one line naming what to
+change. ``budgetbench run --no-preflight`` skips the checks that need the network or the
+tokenizer; parameter checks (``params``) always run.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
-
-import httpx
 
 from .backends import Backend
 from .messages import Message
 from .plugins import Registry, UnknownNameError
-from .runner import DEFAULT_BUDGETS, RunConfigError
+from .run_config import DEFAULT_BUDGETS, RunConfigError
 
-HTTP_TIMEOUT_S = 10.0
-OLLAMA_DEFAULT = "http://localhost:11434"
 _OLLAMA = ("ollama/", "ollama_chat/")
 
 
@@ -106,182 +100,40 @@ def suggest_tokenizer(model: str) -> str:
 # ----------------------------------------------------------------- the checks
 
 
-def _litellm():
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
-
-
-def _provider(model: str, problems: list[str], flag: str = "--model") -> str | None:
-    litellm = _litellm()
+def _backend_check(
+    backend_class: type[Backend],
+    model: str,
+    config: Any,
+    problems: list[str],
+    passed: list[str],
+    flag: str,
+    full: bool,
+    judge: bool = False,
+) -> ModelContext:
+    """Ask the backend what it can check before the run (``Backend.preflight``): nothing here
+    depends on which backend it is."""
     try:
-        return litellm.get_llm_provider(model)[1]
-    except Exception:
-        prefix = model.split("/", 1)[0] if "/" in model else model
-        close = difflib.get_close_matches(prefix, [*litellm.provider_list, "local"], n=1, cutoff=0.7)
-        hint = f"did you mean {close[0] + ('' if close[0] == 'local' else '/...')!r}? " if close else ""
-        problems.append(
-            f"{flag} {model!r}: no provider is known for it; {hint}use 'local', "
-            "ollama_chat/<name>, openrouter/<org>/<name>, or openai/<name> with --api-base "
-            "(providers: https://docs.litellm.ai/docs/providers)"
-        )
-        return None
-
-
-def _keys(model: str, provider: str, api_base: str | None, problems: list[str], flag: str = "--model") -> None:
-    """litellm's environment validation, minus what the backend supplies itself."""
-    missing = _litellm().validate_environment(model=model).get("missing_keys", [])
-    for key in missing:
-        if key.endswith(("_API_BASE", "_BASE_URL")) and (api_base or provider in ("ollama", "ollama_chat")):
-            continue  # --api-base given, or Ollama's default address
-        if provider == "openai" and api_base and key == "OPENAI_API_KEY":
-            continue  # a local OpenAI-compatible server: the backend sends a placeholder key
-        if key.endswith(("_API_BASE", "_BASE_URL")):
-            problems.append(f"{flag} {model!r} needs a server address: pass --api-base or set {key}")
-        else:
-            whose = "" if flag == "--model" else f" (for {flag} {model!r})"
-            problems.append(f"{key} is not set{whose}: export {key}=... (keys are read only from the environment)")
-
-
-def _get(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.get(url, headers=headers or {}, timeout=HTTP_TIMEOUT_S)
-
-
-def _ollama(model: str, api_base: str | None, problems: list[str], passed: list[str]) -> ModelContext:
-    base = (api_base or os.environ.get("OLLAMA_API_BASE") or OLLAMA_DEFAULT).rstrip("/")
-    name = model.split("/", 1)[1]
-    try:
-        tags = _get(f"{base}/api/tags")
-        tags.raise_for_status()
-        served = [m.get("name", "") for m in tags.json().get("models", [])]
-    except (httpx.HTTPError, ValueError) as exc:
-        problems.append(
-            f"Ollama does not answer at {base} ({_one_line(exc, 120)}): start it with `ollama serve`, "
-            "or pass --api-base http://<host>:11434"
-        )
+        backend = backend_class(model, api_base=None if judge else config.api_base, timeout_s=config.timeout_s)
+        found = backend.preflight(flag, full, judge=judge, prompts_only=bool(getattr(config, "prompts_only", False)))
+    except Exception as exc:  # e.g. the embedded model's wheel is missing: the message says which
+        problems.append(f"{flag} {model}: {exc}")
         return ModelContext()
-    wanted = name if ":" in name else f"{name}:latest"
-    if wanted not in served and name not in served:
-        have = ", ".join(served[:8]) or "no models"
-        problems.append(f"Ollama at {base} has no model {name!r} (it has: {have}): run `ollama pull {name}`")
-        return ModelContext()
-    passed.append(f"Ollama at {base} serves {name}")
-    try:
-        shown = httpx.post(f"{base}/api/show", json={"model": name}, timeout=HTTP_TIMEOUT_S).json()
-        lengths = [v for k, v in (shown.get("model_info") or {}).items() if k.endswith(".context_length")]
-        if lengths:
-            return ModelContext(int(lengths[0]), f"Ollama /api/show for {name}")
-    except (httpx.HTTPError, ValueError, TypeError):
-        pass
-    return ModelContext()
-
-
-def _openai_compatible(model: str, api_base: str, problems: list[str], passed: list[str]) -> ModelContext:
-    base = api_base.rstrip("/")
-    key = os.environ.get("OPENAI_API_KEY") if model.startswith("openai/") else None
-    try:
-        listing = _get(f"{base}/models", {"Authorization": f"Bearer {key or 'not-needed'}"})
-    except httpx.HTTPError as exc:
-        problems.append(
-            f"no server answers at {base} ({_one_line(exc, 120)}): start it, or fix --api-base "
-            "(an OpenAI-compatible server's address ends in /v1)"
-        )
-        return ModelContext()
-    if listing.status_code in (401, 403):
-        variable = "OPENAI_API_KEY" if model.startswith("openai/") else "the provider's key variable"
-        problems.append(f"{base} refused the API key ({listing.status_code}): set {variable} to a key it accepts")
-        return ModelContext()
-    if listing.status_code == 404:
-        return _tiny_call(model, api_base, problems, passed)
-    if listing.status_code != 200:
-        problems.append(f"{base}/models answered {listing.status_code}: check --api-base and that the server is ready")
-        return ModelContext()
-    passed.append(f"server at {base} answered")
-    try:
-        entries = listing.json().get("data", [])
-    except ValueError:
-        entries = []
-    served = model.split("/", 1)[1]
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("id") == served and entry.get("max_model_len"):
-            limit = int(entry["max_model_len"])
-            return ModelContext(limit, f"{base}/models max_model_len", total_limit=limit)
-    return ModelContext()
-
-
-def _tiny_call(model: str, api_base: str | None, problems: list[str], passed: list[str]) -> ModelContext:
-    """One completion of one output token: the only way to learn that a hosted key works."""
-    litellm = _litellm()
-    extra: dict[str, Any] = {}
-    if model.startswith("openai/") and api_base and not os.environ.get("OPENAI_API_KEY"):
-        extra["api_key"] = "not-needed"
-    try:
-        litellm.completion(
-            model=model,
-            messages=[{"role": "user", "content": "Say OK."}],
-            api_base=api_base,
-            max_tokens=1,
-            timeout=30,
-            num_retries=0,
-            **extra,
-        )
-    except Exception as exc:
-        status = getattr(exc, "status_code", None)
-        where = api_base or model.split("/", 1)[0]
-        if status in (401, 403) or isinstance(exc, litellm.exceptions.AuthenticationError):
-            problems.append(
-                f"{where} refused the API key ({status}): check the provider's key variable ({_one_line(exc, 100)})"
-            )
-        elif status == 404 or isinstance(exc, litellm.exceptions.NotFoundError):
-            problems.append(f"{where} does not serve {model!r} ({_one_line(exc, 100)}): check the model name")
-        elif isinstance(exc, (litellm.exceptions.APIConnectionError, litellm.exceptions.Timeout)):
-            problems.append(
-                f"cannot reach {where} ({_one_line(exc, 100)}): check the network and --api-base, "
-                "or pass --no-preflight to try anyway"
-            )
-        else:
-            problems.append(f"a one-token test call to {model!r} failed ({_one_line(exc, 140)}): check --model")
-        return ModelContext()
-    passed.append(f"{model} answered a one-token call")
-    return ModelContext()
-
-
-def _hosted_context(model: str) -> ModelContext:
-    try:
-        info = _litellm().get_model_info(model)
-    except Exception:
-        return ModelContext()
-    tokens = info.get("max_input_tokens") if info else None
-    return ModelContext(int(tokens), "litellm's model table") if tokens else ModelContext()
-
-
-def _local_context(backend_class: type, config: Any, problems: list[str], flag: str = "--model") -> ModelContext:
-    try:
-        backend = backend_class(config.model)
-    except Exception as exc:  # model file missing: the message says which wheel or path
-        problems.append(f"{flag} {config.model}: {exc}")
-        return ModelContext()
-    path = getattr(backend, "model_path", None)
-    if path is not None and not path.is_file():
-        problems.append(f"{flag} {config.model}: no such model file {path}; give the path of a .gguf file")
-        return ModelContext()
-    tokens = getattr(backend, "model_context", None)
-    return ModelContext(tokens, f"the embedded model {backend.model_path.name}") if tokens else ModelContext()
+    problems.extend(found.problems)
+    passed.extend(found.passed)
+    return ModelContext(found.context_tokens, found.context_source, found.total_limit)
 
 
 def _tokenizer(
     config: Any, registry: Registry, backend_class: type[Backend], problems: list[str], passed: list[str]
 ) -> None:
-    if backend_class.name == "local" and (config.tokenizer or "server") == "server":
-        return  # the embedded server counts for itself; it starts with the run
     try:
         backend = backend_class(config.model, api_base=config.api_base, timeout_s=config.timeout_s)
     except Exception as exc:
         problems.append(f"--model {config.model!r}: backend {backend_class.name!r} refused it ({_one_line(exc)})")
         return
     spec = config.tokenizer or backend.default_tokenizer()
+    if backend.counts_on_own_server and spec == backend.default_tokenizer():
+        return  # its own tokenizer counts on its own server, which starts with the run
     if not spec:
         problems.append(
             f"--model {config.model!r} has no exact tokenizer of its own: {suggest_tokenizer(config.model)}"
@@ -343,17 +195,12 @@ def _check_budgets(budgets: list[int], context: ModelContext, max_output: int, p
 
 
 def _judge(config: Any, registry: Registry, problems: list[str], full: bool) -> None:
-    """A judge model other than --model: its model file, or its provider and key (no call)."""
+    """A judge model other than --model: what its backend checks without contacting it."""
     judge = getattr(config, "judge_model", None)
     if not judge or judge == config.model:
         return
     judge_class = registry.resolve_backend(judge).obj
-    if judge_class.name == "local":
-        _local_context(judge_class, SimpleNamespace(model=judge), problems, "--judge-model")
-    elif judge_class.name == "litellm":
-        provider = _provider(judge, problems, "--judge-model")
-        if provider and full:
-            _keys(judge, provider, None, problems, "--judge-model")
+    _backend_check(judge_class, judge, config, problems, [], "--judge-model", full, judge=True)
 
 
 def preflight(
@@ -368,21 +215,7 @@ def preflight(
     passed: list[str] = []
     context = ModelContext()
     backend_class = registry.resolve_backend(config.model).obj
-    if backend_class.name == "local":
-        context = _local_context(backend_class, config, problems)
-    elif backend_class.name == "litellm":
-        provider = _provider(config.model, problems)
-        if provider and full:
-            _keys(config.model, provider, config.api_base, problems)
-            if not problems:
-                if config.model.startswith(_OLLAMA):
-                    context = _ollama(config.model, config.api_base, problems, passed)
-                elif config.api_base:
-                    context = _openai_compatible(config.model, config.api_base, problems, passed)
-                elif not getattr(config, "prompts_only", False):  # a prompts-only run calls no model
-                    context = _tiny_call(config.model, None, problems, passed)
-        if provider and context.tokens is None:
-            context = _hosted_context(config.model)
+    context = _backend_check(backend_class, config.model, config, problems, passed, "--model", full)
     if full and not problems:
         _tokenizer(config, registry, backend_class, problems, passed)
     _judge(config, registry, problems, full)

@@ -28,6 +28,7 @@ import aiohttp
 
 from budgetbench_core import (
     Backend,
+    BackendCheck,
     Completion,
     FatalError,
     GenerationParams,
@@ -175,6 +176,11 @@ class LiteLLMBackend(Backend):
         if self._asks_no_prompt_reuse():
             extra["extra_body"] = {"cache_prompt": False}
         return extra
+
+    def preflight(self, flag: str, full: bool, judge: bool = False, prompts_only: bool = False) -> BackendCheck:
+        from .litellm_preflight import litellm_check  # httpx and litellm: only when asked
+
+        return litellm_check(self.model, self.api_base, flag, full, judge, prompts_only)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), **self.prompt_reuse(), "http_client": self.http_client}

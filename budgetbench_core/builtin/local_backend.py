@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from budgetbench_core import Completion, GenerationParams, Message, ResponseError, hookimpl
+from budgetbench_core import BackendCheck, Completion, GenerationParams, Message, ResponseError, hookimpl
 
 from .litellm_backend import LiteLLMBackend
 
@@ -76,6 +76,7 @@ class LocalBackend(LiteLLMBackend):
     """``--model local`` (SmolLM2-135M) or ``--model local:/path/to/model.gguf``."""
 
     name = "local"
+    counts_on_own_server = True  # the ``server`` tokenizer is the embedded server's, started with the run
     description = "Embedded llama.cpp server (xllamacpp) on loopback; default SmolLM2-135M-Instruct"
 
     def __init__(
@@ -161,6 +162,15 @@ class LocalBackend(LiteLLMBackend):
 
     def default_tokenizer(self) -> str:
         return "server"
+
+    def preflight(self, flag: str, full: bool, judge: bool = False, prompts_only: bool = False) -> BackendCheck:
+        """The model file exists; its context is the model's trained one (nothing is started)."""
+        if not self.model_path.is_file():
+            problem = (
+                f"{flag} local:{self.model_path}: no such model file {self.model_path}; give the path of a .gguf file"
+            )
+            return BackendCheck(problems=[problem])
+        return BackendCheck(self.model_context, f"the embedded model {self.model_path.name}")
 
     def total_deadline_s(self, configured: float) -> float | None:
         """None on the direct client (each call is bounded by the server's progress instead);
