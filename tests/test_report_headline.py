@@ -9,8 +9,10 @@ hits) and server faults (harness errors, retries off).
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import math
+import re
 import zlib
 
 import pytest
@@ -102,7 +104,7 @@ def test_a_harness_error_leaves_the_cell_incomplete_and_the_headline_says_so(mix
     assert any("caused by the strategy under test, scored 0" in f for f in report["findings"])
     markdown = (mixed_run / "report" / "report.md").read_text()
     assert "err., incomplete" in markdown and "failed (0)" in markdown
-    assert "quality_scored" in markdown  # both denominators, side by side
+    assert "quality (scored; strategy errors left out) [95%]" in markdown  # both denominators, side by side
     assert report["pass_k"] == {} and "pass^k" not in markdown  # one repeat: no pass^k section
 
 
@@ -156,3 +158,31 @@ def test_the_terminal_summary_shows_the_reports_numbers(mixed_run):
     assert f"{loser['plugin_errors']}f" in shown and f"{loser['quality_all']:.2f}" in shown
     print_outcome(console, terminal)
     assert "f strategy failures (scored 0), e harness errors (cell incomplete; run again)" in console.export_text()
+
+
+def test_markdown_and_html_render_the_summary_from_one_column_spec(mixed_run):
+    """Issue 24: the two outputs listed their columns separately (the Markdown had field names,
+    the HTML its own headings and fewer columns)."""
+    from budgetbench_core.report.columns import USAGE, cell, summary_columns
+
+    paths = write_report(mixed_run, formats=["md", "html", "json"])
+    markdown, html = paths["md"].read_text(), paths["html"].read_text()
+    summary = json.loads(paths["json"].read_text())["summary"]  # with the evidence columns the report adds
+    for table_id, section, columns in (
+        ("summary", "## Summary per cell", summary_columns(False, True)),  # synthetic-memory marks evidence
+        ("usage", "## Budget use, time and tokens per cell", USAGE),
+    ):
+        lines = [line for line in markdown.split(section)[1].split("\n## ")[0].splitlines() if line.startswith("|")]
+        assert lines[0] == "| " + " | ".join(c.heading for c in columns) + " |"
+        body = html.split(f'id="{table_id}"')[1].split("</table>")[0]
+        headings = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<th[^>]*>(.*?)</th>", body)]
+        assert headings == [c.heading for c in columns]
+        html_rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in body.split("<tr>")[2:]]
+        assert len(html_rows) == len(summary) == len(lines) - 2
+        for row, md_line, html_cells in zip(summary, lines[2:], html_rows):
+            texts = [cell(row, c) for c in columns]
+            assert md_line == "| " + " | ".join(texts) + " |"
+            assert [html_lib.unescape(t) for t in html_cells] == texts
+    loser = next(r for r in summary if r["strategy"] == "loser" and r["budget"] == LARGE)
+    shown = cell(loser, next(c for c in summary_columns(False, True) if c.key == "quality_all"))
+    assert shown == f"{loser['quality_all']:.3f} [{loser['quality_all_low']:.3f}, {loser['quality_all_high']:.3f}]"

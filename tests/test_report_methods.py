@@ -3,7 +3,9 @@ where the items cannot separate, and gate / plan on evidence recall (prompts-onl
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 from budgetbench_core import RunConfig, run
 from budgetbench_core.cli import cli
 from budgetbench_core.report import stats, write_report
+from budgetbench_core.report.columns import summary_columns
 from budgetbench_core.report.data import RunData
 from budgetbench_core.report.gate import gate
 from budgetbench_core.report.pivot import best_at_each_budget
@@ -192,3 +195,10 @@ def test_a_prompts_only_report_labels_its_tables_as_evidence_recall(prompts_only
     assert "## Evidence recall per category (prompts only)" in markdown
     assert "Summary per cell" not in markdown and "Quality per category" not in page
     assert "Evidence recall per category (prompts only)" in page
+    # one column spec for both outputs: the same headings, compliance and evidence, no quality
+    headings = [c.heading for c in summary_columns(True, True)]
+    assert "| " + " | ".join(headings) + " |" in markdown
+    body = page.split('id="summary"')[1].split("</table>")[0]
+    shown = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<th[^>]*>(.*?)</th>", body)]
+    assert [html.unescape(h) for h in shown] == headings
+    assert "all evidence kept [95%]" in headings and not any(h.startswith("quality") for h in headings)

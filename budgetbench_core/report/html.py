@@ -42,6 +42,8 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def _environment() -> Environment:
+    from .columns import TEXT_FORMATS, USAGE, cell, summary_columns  # columns formats with fmt, above
+
     env = Environment(
         loader=PackageLoader("budgetbench_core.report", "templates"),
         autoescape=select_autoescape(["html", "j2"], default=True),
@@ -58,6 +60,10 @@ def _environment() -> Environment:
         OUTSIDE_INTRO=OUTSIDE_INTRO,
         WORKER_LABELS=[label for _, label in WORKER_PHASES],
         pass_k_intro=PASS_K_INTRO,
+        summary_columns=summary_columns,
+        usage_columns=USAGE,
+        cell=cell,
+        text_formats=TEXT_FORMATS,
     )
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return env

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
+from .columns import USAGE, Column, cell, summary_columns
 from .curve import (
     answerable_without_memory,
     auc_ranking,
@@ -539,6 +540,11 @@ def _markdown(context: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
         return lines + [""]
 
+    def spec_table(rows: list[dict[str, Any]], columns: list[Column]) -> list[str]:
+        lines = ["| " + " | ".join(c.heading for c in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
+        return lines + [""]
+
     lines = [f"# BudgetBench report: {context['title']}", ""]
     lines += [f"- {name}: {value}" for name, value in context["header"].items()] + [""]
     if context["prompts_only"]:
@@ -576,22 +582,8 @@ def _markdown(context: dict[str, Any]) -> str:
         else []
     )
     if context["prompts_only"]:
-        lines += [f"## Evidence recall and compliance per cell (prompts only){note}", ""] + table(
-            context["summary"],
-            [
-                "task",
-                "strategy",
-                "budget",
-                "n_items",
-                "admitted",
-                "violations",
-                "errors",
-                "violation_rate",
-                *evidence,
-                "utilisation_mean",
-                "utilisation_max",
-                "strategy_p50_s",
-            ],
+        lines += [f"## Evidence recall and compliance per cell (prompts only){note}", ""] + spec_table(
+            context["summary"], summary_columns(True, context["evidence"])
         )
         lines += [f"## Evidence recall per category (prompts only){note}", ""] + table(
             context["categories"], ["task", "category", "strategy", "budget", "n_items", "violations", *evidence[:4]]
@@ -601,36 +593,10 @@ def _markdown(context: dict[str, Any]) -> str:
                 context["errors"], ["strategy", "budget", "repeat", "item_id", "phase", "cause"]
             )
         return "\n".join(lines)
-    lines += [f"## Summary per cell{note}", ""] + table(
-        context["summary"],
-        [
-            "task",
-            "strategy",
-            "budget",
-            "n_items",
-            "violations",
-            "errors",
-            "plugin_errors",
-            "incomplete",
-            "violation_rate",
-            "quality_all",
-            "quality_all_low",
-            "quality_all_high",
-            "quality_all_n",
-            "quality_scored",
-            "quality_scored_n",
-            "quality_admitted",
-            "quality_admitted_low",
-            "quality_admitted_high",
-            *evidence[:4],
-            "utilisation_mean",
-            "latency_p50_s",
-            "latency_p95_s",
-            "model_calls",
-            "cache_hits",
-            "strategy_p50_s",
-        ],
+    lines += [f"## Summary per cell{note}", ""] + spec_table(
+        context["summary"], summary_columns(False, context["evidence"])
     )
+    lines += [f"## Budget use, time and tokens per cell{note}", ""] + spec_table(context["summary"], USAGE)
     episodic = [r for r in context["summary"] if "episodes" in r]
     if episodic:
         lines += [
