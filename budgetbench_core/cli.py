@@ -18,7 +18,6 @@ from rich.table import Table
 
 from . import interrupts
 from .config_file import config_option, copy_into_run
-from .failfast import DEFAULT_MAX_CONSECUTIVE
 from .merge import merge_command
 from .option_values import SECRET_OPTION_HINT, parse_budgets, parse_pairs, parse_strategy_params
 from .params import check_run, did_you_mean, parameters_of
@@ -28,8 +27,9 @@ from .preflight import preflight
 from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
 from .report.judge_audit import judge_audit_command
+from .run_config import Setting, settings
 from .runlog import RunLogError, final_rows, read_manifest
-from .runner import DEFAULT_BUDGETS, RunConfig, RunConfigError, refuse_credentials_in_urls, run
+from .runner import RunConfig, RunConfigError, refuse_credentials_in_urls, run
 from .tasks import TaskDataError
 
 console = Console(stderr=True)
@@ -153,9 +153,6 @@ def cli() -> None:
     """BudgetBench: memory strategies for LLM agents under an exact input-token budget."""
 
 
-ENV_PREFIX = "BUDGETBENCH_"
-
-
 class RequiredOption(click.Option):
     """A required option with ``default=None``, so the CLI reference says "required" rather than
     click's UNSET marker: click 8.3+ takes None for a given value, so None counts as missing here."""
@@ -164,216 +161,60 @@ class RequiredOption(click.Option):
         return value is None or super().value_is_missing(value)
 
 
-def _option(*names: str, **attrs):
-    """A run option that also reads ``BUDGETBENCH_<LONG_NAME>`` (the command line wins over
-    the variable, the variable over ``--config``, which wins over the default)."""
-    long_name = next(n for n in names if n.startswith("--"))
-    attrs.setdefault("envvar", ENV_PREFIX + long_name[2:].replace("-", "_").upper())
-    attrs.setdefault("show_envvar", True)
+# The options of ``run`` (and ``demo``) that steer the command, not the run: not RunConfig fields.
+COMMAND_SETTINGS = (Setting("--no-report", "Do not write the report at the end.", kind="flag", default=False),)
+DISPLAY_SETTINGS = (
+    Setting(
+        "--display",
+        "Progress: rich bars, plain (one line per finished cell), none. auto: rich on a terminal, plain otherwise.",
+        kind="choice",
+        choices=DISPLAYS,
+        default="auto",
+    ),
+    Setting(
+        "--no-preflight",
+        "Skip the checks before the first cell (provider, key, server, tokenizer, context).",
+        kind="flag",
+        default=False,
+    ),
+)
+RUN_SETTINGS = (*settings(), *COMMAND_SETTINGS, *DISPLAY_SETTINGS)
+"""Every option of ``run`` but ``--config`` and the executors' own: the one source of the click
+options, the ``--config`` keys and the options table of docs/cli/run.md (``options_table``)."""
+
+_CLICK_TYPES: dict[str, Any] = {"float": float, "path": click.Path(path_type=Path)}
+
+
+def click_option(spec: Setting):
+    """The click option of ``spec``, reading ``BUDGETBENCH_<LONG_NAME>`` too (the command line
+    wins over the variable, the variable over ``--config``, which wins over the default)."""
+    names = [spec.flag, *([spec.short] if spec.short else [])]
+    if spec.name != spec.flag[2:].replace("-", "_"):
+        names.append(spec.name)
+    attrs: dict[str, Any] = {"default": spec.default, "help": spec.help, "envvar": spec.envvar, "show_envvar": True}
+    if spec.required:
+        attrs.update(cls=RequiredOption, required=True)
+    if spec.kind == "int":
+        attrs["type"] = int if spec.minimum is None else click.IntRange(min=spec.minimum)
+    elif spec.kind == "choice":
+        attrs["type"] = click.Choice(spec.choices)
+    elif spec.kind in _CLICK_TYPES:
+        attrs["type"] = _CLICK_TYPES[spec.kind]
+    if spec.kind == "flag":
+        attrs["is_flag"] = True
+    if spec.multiple:
+        attrs["multiple"] = True
+    if spec.metavar:
+        attrs["metavar"] = spec.metavar
+    if spec.shows_default:
+        attrs["show_default"] = True
     return click.option(*names, **attrs)
 
 
 def run_options(function):
-    options = [
-        _option(
-            "--task",
-            "-t",
-            cls=RequiredOption,
-            required=True,
-            default=None,
-            help="Task name (see `budgetbench list-plugins`).",
-        ),
-        _option(
-            "--strategy",
-            "-s",
-            "strategies",
-            multiple=True,
-            required=True,
-            default=None,
-            help="Strategy name; repeat for several.",
-        ),
-        _option(
-            "--budgets",
-            "-b",
-            default=None,
-            help="Budget tiers in input tokens, space or comma separated; 2k = 2048. Default: the tiers of "
-            f"{' '.join(map(str, DEFAULT_BUDGETS))} that fit the model's context.",
-        ),
-        _option(
-            "--model",
-            "-m",
-            default="local",
-            show_default=True,
-            help="'local' (embedded SmolLM2), 'local:<gguf>', or a litellm model string.",
-        ),
-        click.option("--api-key", "--key", hidden=True, expose_value=False, callback=_refuse_secret_option),
-        _option(
-            "--api-base",
-            default=None,
-            help="Server address, e.g. http://127.0.0.1:8000/v1 for openai/<name> "
-            "models (MLX, vLLM, llama.cpp) or http://host:11434 for Ollama.",
-        ),
-        _option(
-            "--tokenizer",
-            default=None,
-            help="hf:<dir or id>, tiktoken:<encoding>, gguf:<file> or server. "
-            "Default: the backend's exact tokenizer (local: the embedded server).",
-        ),
-        _option("--grader", default=None, help="Grader name. Default: the task's."),
-        _option(
-            "--judge-model",
-            default=None,
-            help="Model for model-based graders (litellm string or 'local'). Default: --model.",
-        ),
-        _option(
-            "--task-option",
-            "task_options",
-            multiple=True,
-            default=(),
-            help="KEY=VALUE passed to the task; repeatable (see `budgetbench describe TASK`).",
-        ),
-        _option(
-            "--strategy-param",
-            "strategy_params",
-            multiple=True,
-            default=(),
-            help="STRATEGY.KEY=VALUE passed to a strategy; repeatable (see `budgetbench describe STRATEGY`).",
-        ),
-        _option(
-            "--limit",
-            "-n",
-            type=click.IntRange(min=1),
-            default=None,
-            help="At most this many items (a seeded selection). Default: all.",
-        ),
-        _option(
-            "--repeats",
-            type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Runs of every cell (seeds seed, seed+1, ...).",
-        ),
-        _option("--seed", type=int, default=0, show_default=True, help="Seed of item selection, order and sampling."),
-        _option(
-            "--max-concurrency",
-            "-j",
-            type=click.IntRange(min=1),
-            default=4,
-            show_default=True,
-            help="Cells (and model calls) in flight at once.",
-        ),
-        _option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature."),
-        _option(
-            "--max-output-tokens",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Tokens the model may write per answer. Default: the task's.",
-        ),
-        _option(
-            "--retries",
-            type=click.IntRange(min=0),
-            default=4,
-            show_default=True,
-            help="Retries of a call after a transport error (connection, timeout, 429, 5xx); other errors "
-            "are never retried.",
-        ),
-        _option(
-            "--timeout",
-            "timeout_s",
-            type=float,
-            default=120.0,
-            show_default=True,
-            help="Seconds one model call may take.",
-        ),
-        _option(
-            "--item-timeout",
-            "item_timeout_s",
-            type=float,
-            default=600.0,
-            show_default=True,
-            help="Seconds one strategy call may take.",
-        ),
-        _option(
-            "--max-ingest-loss",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="Fraction of sessions a memory system may fail to ingest before the item is an error.",
-        ),
-        _option(
-            "--server-prompt-cache",
-            is_flag=True,
-            default=False,
-            help="Let a llama.cpp server (the embedded one too) reuse cached prompt prefixes: faster, but a greedy "
-            "reply can then depend on what ran before, so a rerun may differ. Default: no reuse.",
-        ),
-        _option(
-            "--executor",
-            default="thread",
-            show_default=True,
-            help="How units are scheduled: thread (worker threads here) or one a plugin registers "
-            "(ray: --executor ray [--ray-address auto|host:port]). Rows are the same either way.",
-        ),
-        _option(
-            "--executor-option",
-            "executor_options",
-            multiple=True,
-            default=(),
-            help="KEY=VALUE passed to the executor; repeatable (also --<executor>-<key>, e.g. --ray-address).",
-        ),
-        _option(
-            "--shard",
-            default=None,
-            metavar="I/N",
-            help="Run only shard I of N of the units (1 <= I <= N, the same partition on every machine); "
-            "combine the shard directories with `budgetbench merge`.",
-        ),
-        _option(
-            "--max-consecutive-failures",
-            type=click.IntRange(min=1),
-            default=DEFAULT_MAX_CONSECUTIVE,
-            show_default=True,
-            help="Stop the run when this many calls in a row fail with the same transport "
-            "error (retries included); a refused key stops it at the first.",
-        ),
-        _option(
-            "--out",
-            "-o",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="Run directory; an existing one is resumed. Default: runs/<task>.",
-        ),
-        _option("--no-report", is_flag=True, default=False, help="Do not write the report at the end."),
-        _option(
-            "--prompts-only",
-            is_flag=True,
-            default=False,
-            help="Build, gate, audit and score evidence recall for every cell without calling the model.",
-        ),
-        _option(
-            "--price",
-            default=None,
-            metavar="IN/OUT",
-            help="Dollars per million input and output tokens for the report's cost ledger (default: litellm's "
-            "cost map for the model; the embedded model has none).",
-        ),
-        _option(
-            "--controls",
-            is_flag=True,
-            default=False,
-            help="Also run the harness controls control:no_memory (system prompt and question only) and "
-            "control:evidence_only (the gold evidence alone, fitted to the budget): reference lines, never ranked.",
-        ),
-        _option(
-            "--isolation",
-            type=click.Choice(["process", "none"]),
-            default="process",
-            show_default=True,
-            help="Where strategies run: 'process' (confined worker processes, what a result needs) or "
-            "'none' (in the harness's process: for debugging a plugin only; recorded in the run).",
-        ),
-        *display_options(),
-    ]
+    secret = click.option("--api-key", "--key", hidden=True, expose_value=False, callback=_refuse_secret_option)
+    options = [click_option(spec) for spec in RUN_SETTINGS]
+    options.insert([spec.name for spec in RUN_SETTINGS].index("model") + 1, secret)
     for option in reversed(options):
         function = option(function)
     return function
@@ -381,22 +222,7 @@ def run_options(function):
 
 def display_options() -> list:
     """Options shared by ``run`` and ``demo``."""
-    return [
-        _option(
-            "--display",
-            type=click.Choice(DISPLAYS),
-            default="auto",
-            show_default=True,
-            help="Progress: rich bars, plain (one line per finished cell), none. auto: rich on a terminal, "
-            "plain otherwise.",
-        ),
-        _option(
-            "--no-preflight",
-            is_flag=True,
-            default=False,
-            help="Skip the checks before the first cell (provider, key, server, tokenizer, context).",
-        ),
-    ]
+    return [click_option(spec) for spec in DISPLAY_SETTINGS]
 
 
 def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: bool) -> RunConfig:
@@ -421,7 +247,7 @@ def _prepare(config: RunConfig, budgets_given: bool, no_preflight: bool, quiet: 
 
 
 @cli.command("run")
-@config_option
+@config_option(RUN_SETTINGS)
 @run_options
 def run_command(
     task,

@@ -1,7 +1,8 @@
 """``budgetbench run --config run.toml``: every run option from a TOML file.
 
 Keys are the option names, with dashes or underscores (``max-concurrency`` or
-``max_concurrency``; ``strategy`` or ``strategies``). ``task_options`` is a table, and
+``max_concurrency``; ``strategy`` or ``strategies``), taken from the command's ``Setting``
+declarations (``cli.RUN_SETTINGS``) like its click options. ``task_options`` is a table, and
 ``strategy_params`` a table of tables keyed by strategy. Options given on the command
 line, then ``BUDGETBENCH_*`` environment variables, win over the file. The file becomes
 click's ``default_map``, so it passes through
@@ -11,6 +12,7 @@ directory so the run records exactly what was asked.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tomllib
@@ -19,20 +21,14 @@ from typing import Any
 
 import click
 
+from .run_config import Setting
+
 COPY_NAME = "config.toml"
 
 
-def _keys_of(command: click.Command) -> dict[str, click.Parameter]:
-    """Every accepted key (parameter name and option spellings) -> its parameter."""
-    keys: dict[str, click.Parameter] = {}
-    for param in command.params:
-        if not isinstance(param, click.Option) or param.hidden or not param.expose_value or param.name == "config_path":
-            continue
-        keys[param.name] = param
-        for spelling in param.opts:
-            if spelling.startswith("--"):
-                keys[spelling[2:].replace("-", "_")] = param
-    return keys
+def _keys_of(specs: tuple[Setting, ...]) -> dict[str, Setting]:
+    """Every accepted key (the option's name and its long flag, with underscores) -> its Setting."""
+    return {key: spec for spec in specs for key in spec.keys}
 
 
 def _pairs(value: Any, key: str, path: Path) -> list[str]:
@@ -41,9 +37,9 @@ def _pairs(value: Any, key: str, path: Path) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in value.items()]
 
 
-def to_default_map(data: dict[str, Any], command: click.Command, path: Path) -> dict[str, Any]:
+def to_default_map(data: dict[str, Any], specs: tuple[Setting, ...], path: Path) -> dict[str, Any]:
     """The TOML document as click defaults, in the forms the command line takes."""
-    keys = _keys_of(command)
+    keys = _keys_of(specs)
     defaults: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = raw_key.replace("-", "_")
@@ -52,31 +48,33 @@ def to_default_map(data: dict[str, Any], command: click.Command, path: Path) -> 
                 f"{path}: {raw_key!r}: API keys are never read from files or the command line; "
                 "set the provider's environment variable instead"
             )
-        param = keys.get(key)
-        if param is None:
-            accepted = sorted({p.name for p in keys.values()})
+        spec = keys.get(key)
+        if spec is None:
+            accepted = sorted(s.name for s in specs)
             raise click.BadParameter(
                 f"{path}: unknown key {raw_key!r}; accepted: {', '.join(accepted)}", param_hint="--config"
             )
-        if param.name == "task_options":
+        if spec.kind == "pairs":
             value = _pairs(value, raw_key, path)
-        elif param.name == "strategy_params":
+        elif spec.kind == "strategy_pairs":
             if not isinstance(value, dict):
                 raise click.BadParameter(f"{path}: {raw_key} must be a table of tables", param_hint="--config")
             value = [
                 f"{strategy}.{pair}" for strategy, params in value.items() for pair in _pairs(params, raw_key, path)
             ]
-        elif param.name == "budgets" and isinstance(value, list):
+        elif spec.kind == "budgets" and isinstance(value, list):
             value = " ".join(str(v) for v in value)
-        elif param.multiple and isinstance(value, str):
+        elif spec.multiple and isinstance(value, str):
             value = [value]
-        if param.name in defaults:
-            raise click.BadParameter(f"{path}: {param.name} is given twice", param_hint="--config")
-        defaults[param.name] = value
+        if spec.name in defaults:
+            raise click.BadParameter(f"{path}: {spec.name} is given twice", param_hint="--config")
+        defaults[spec.name] = value
     return defaults
 
 
-def load_config(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+def load_config(
+    specs: tuple[Setting, ...], ctx: click.Context, param: click.Parameter, value: Path | None
+) -> Path | None:
     """Eager ``--config`` callback: read the file into ``ctx.default_map`` before other options."""
     if value is None:
         return None
@@ -84,23 +82,25 @@ def load_config(ctx: click.Context, param: click.Parameter, value: Path | None) 
         data = tomllib.loads(value.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise click.BadParameter(f"{value}: not valid TOML: {exc}", param_hint="--config") from None
-    ctx.default_map = {**(ctx.default_map or {}), **to_default_map(data, ctx.command, value)}
+    ctx.default_map = {**(ctx.default_map or {}), **to_default_map(data, specs, value)}
     return value
 
 
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    is_eager=True,
-    expose_value=True,
-    callback=load_config,
-    envvar="BUDGETBENCH_CONFIG",
-    show_envvar=True,
-    help="TOML file with any of these options (command-line options and BUDGETBENCH_* variables win); "
-    "copied into the run directory.",
-)
+def config_option(specs: tuple[Setting, ...]):
+    """``--config FILE`` accepting the keys of ``specs`` (the command's own options)."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        is_eager=True,
+        expose_value=True,
+        callback=functools.partial(load_config, specs),
+        envvar="BUDGETBENCH_CONFIG",
+        show_envvar=True,
+        help="TOML file with any of these options (command-line options and BUDGETBENCH_* variables win); "
+        "copied into the run directory.",
+    )
 
 
 def copy_into_run(config_path: Path, run_dir: Path) -> Path:
