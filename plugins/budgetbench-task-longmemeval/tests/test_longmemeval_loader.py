@@ -10,7 +10,7 @@ from budgetbench_task_longmemeval.task import LongMemEval
 
 from budgetbench_core import TaskDataError
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"
 ORACLE = DATA / "longmemeval_oracle.json"
 

@@ -11,7 +11,7 @@ import pytest
 
 from budgetbench_core import RunConfig, final_rows, read_manifest, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT.parent / "shared" / "data" / "swebench" / "swebench_verified_mini.jsonl"
 
 

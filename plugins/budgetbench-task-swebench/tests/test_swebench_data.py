@@ -12,7 +12,7 @@ from budgetbench_task_swebench.task import SWEBenchVerified
 
 from budgetbench_core import TaskDataError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT.parent / "shared" / "data" / "swebench" / "swebench_verified_mini.jsonl"
 needs_data = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"shared data not found at {SAMPLE}")
 

@@ -25,7 +25,7 @@ from budgetbench_core import (
 )
 from budgetbench_core.testing import invoke_cli, registry_with
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval"
 ORACLE = DATA / "longmemeval_oracle.json"
 pytestmark = [
     pytest.mark.slow,

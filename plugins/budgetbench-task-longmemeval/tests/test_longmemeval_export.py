@@ -11,7 +11,7 @@ import pytest
 from budgetbench_core import RunConfig, final_rows, run
 from budgetbench_core.testing import FaultServer, invoke_cli
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"
 pytestmark = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"LongMemEval data not found in {DATA}")
 

@@ -9,7 +9,7 @@ from budgetbench_task_longmemeval.formatting import SYSTEM_PROMPT, to_item
 from budgetbench_task_longmemeval.loader import parse_date
 from budgetbench_task_longmemeval.task import LongMemEval
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "longmemeval"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "longmemeval"
 SAMPLE = DATA / "longmemeval_s_sample.json"
 
 pytestmark = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"LongMemEval data not found in {DATA}")
