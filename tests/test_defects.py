@@ -232,7 +232,7 @@ def test_defect_10_minimum_section_sizes_never_push_a_composed_prompt_over_budge
 
 def _test_names() -> set[str]:
     names: set[str] = set()
-    for pattern in ("tests/**/test_*.py", "budgetbench-*/tests/test_*.py", "plugins/*/tests/test_*.py"):
+    for pattern in ("tests/**/test_*.py", "plugins/*/tests/test_*.py"):
         for path in ROOT.glob(pattern):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             names |= {

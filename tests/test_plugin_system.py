@@ -380,7 +380,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def distribution_files() -> list[Path]:
-    folders = [*ROOT.glob("budgetbench-*"), *(p for p in (ROOT / "plugins").glob("budgetbench-*"))]
+    folders = list((ROOT / "plugins").glob("budgetbench-*"))
     return [p for folder in folders if folder.is_dir() for p in folder.rglob("*.py") if ".egg-info" not in str(p)]
 
 

@@ -4,7 +4,7 @@ evidence marks and a task's grading-only message metadata (``Task.hidden_metadat
 Vendors benchmark their own memory layer, so a strategy that could read ``item.answer`` or the
 evidence marks could put the answer in the prompt or keep exactly the evidence. These run the
 real runner on ``synthetic-memory`` (the LongMemEval sample is checked in the plugin's tests,
-``budgetbench-task-longmemeval/tests/test_longmemeval_grading_key.py``) with a spy strategy,
+``plugins/budgetbench-task-longmemeval/tests/test_longmemeval_grading_key.py``) with a spy strategy,
 and check that grading, evidence recall and the report still use the runner's own copy.
 """
 
