@@ -19,7 +19,7 @@ class Column(NamedTuple):
     format: str = "text"
 
 
-def _interval(row: dict[str, Any], key: str) -> str:
+def interval(row: dict[str, Any], key: str) -> str:
     """``value [low, high]``, or the value alone when the interval is undefined (too few items)."""
     low = row.get(key + "_low")
     if low is None or (isinstance(low, float) and math.isnan(low)):
@@ -40,7 +40,7 @@ def _reported(row: dict[str, Any], key: str) -> str:
 
 FORMATS = {
     "text": lambda row, key: fmt(row.get(key)),
-    "ci": _interval,
+    "ci": interval,
     "errors": _errors,
     "reported": _reported,
     **{f"{digits}f": (lambda d: lambda row, key: fmt(row.get(key), d))(digits) for digits in range(4)},

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
-from .columns import USAGE, Column, cell, summary_columns
+from .columns import USAGE, Column, cell, interval, summary_columns
 from .curve import (
     answerable_without_memory,
     auc_ranking,
@@ -388,18 +388,10 @@ def _pivot_cell(row: dict[str, Any] | None, metric: str) -> str:
     )
 
 
-def _interval(row: dict[str, Any], key: str, digits: int = 3) -> str:
-    """``value [low, high]``, or the value alone when the interval is undefined."""
-    value, low, high = row.get(key), row.get(key + "_low"), row.get(key + "_high")
-    if low is None or (isinstance(low, float) and math.isnan(low)):
-        return fmt(value, digits)
-    return f"{fmt(value, digits)} [{fmt(low, digits)}, {fmt(high, digits)}]"
-
-
 def _auc_text(row: dict[str, Any]) -> str:
     if row.get("auc") is None or (isinstance(row["auc"], float) and math.isnan(row["auc"])):
         return row["effective_status"]
-    text = _interval(row, "auc")
+    text = interval(row, "auc")
     if row.get("auc_low") is None or math.isnan(row["auc_low"]):
         text += f" (too few items for an interval: {row['n_items']} < {tables.stats.MIN_PAIRED_ITEMS})"
     return text
@@ -429,8 +421,8 @@ def _headline_markdown(context: dict[str, Any]) -> list[str]:
     ]
     for r in context["ranking"]:
         lines.append(
-            f"| {r['rank']} | {r['task']} | {r['strategy']} | {_interval(r, 'auc')} | {r['n_items']} | "
-            f"{fmt(r['next'])} | {_interval(r, 'delta_next') if r['next'] else '–'} | {fmt(r.get('result'))} | "
+            f"| {r['rank']} | {r['task']} | {r['strategy']} | {interval(r, 'auc')} | {r['n_items']} | "
+            f"{fmt(r['next'])} | {interval(r, 'delta_next') if r['next'] else '–'} | {fmt(r.get('result'))} | "
             f"{fmt(r.get('mde'))} |"
         )
     return lines + [""]
@@ -479,7 +471,7 @@ def _curve_markdown(context: dict[str, Any], note: str) -> list[str]:
             ]
             lines += [
                 f"| {r['task']} | {r['strategy']}{' (control)' if r['control'] else ''} | {r['budget']} | "
-                f"{fmt(r['score_all'])} | {r['n_all']} | {_interval(r, 'score_remaining')} | {r['n_remaining']} | "
+                f"{fmt(r['score_all'])} | {r['n_all']} | {interval(r, 'score_remaining')} | {r['n_remaining']} | "
                 f"{r['left_out']} |"
                 for r in context["without_answerable"]
             ]
