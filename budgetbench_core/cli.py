@@ -55,7 +55,9 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
     mode = choose_display(display)
     screen = Display(mode, console=console)
     try:
-        summary = run(config, progress=screen.progress, on_start=screen.start, on_cell=screen.finished)
+        summary = run(
+            config, progress=screen.progress, on_start=screen.start, on_cell=screen.finished, on_turn=screen.turn
+        )
     finally:
         screen.close()
     console.print(
@@ -75,7 +77,7 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
     result = outcome(rows, config.strategies, config.budgets, binary, prompts_only=config.prompts_only)
     if mode != "none":
         print_outcome(console, result)
-    errored = sum(cell.get("error", 0) for cell in result.cells.values())
+    errored = sum(cell.get("error", 0) + cell.get("failed", 0) for cell in result.cells.values())
     code = EXIT_ERRORED if errored else EXIT_OK
     if summary.stopped:
         code = EXIT_CONFIG if summary.stopped_fatal else EXIT_ERRORED
@@ -85,7 +87,7 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
             soft_wrap=True,
             highlight=False,
         )
-    if write_report and any(r["event"] != "error" for r in rows):
+    if write_report and rows:  # a run whose every cell errored is reported too: that is its finding
         from .report import write_report as build_report
 
         try:
@@ -99,7 +101,7 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
             return max(code, EXIT_ERRORED)
         console.print(f"report: {paths.get('html', summary.run_dir / 'report')}", highlight=False)
     elif write_report:
-        console.print("no report: no cell produced a result or a violation", highlight=False)
+        console.print("no report: no cell of this command finished", highlight=False)
     return code
 
 

@@ -332,12 +332,12 @@ def merge_command(
 
 
 def _write_merged_report(run_dir: Path) -> None:
-    """The merged run's report, as ``run`` writes one at its end: only when some row is not an
-    error; a report that cannot be written leaves the merge in place and exits 1."""
+    """The merged run's report, as ``run`` writes one at its end (errors only included); a
+    report that cannot be written leaves the merge in place and exits 1."""
     from .runlog import final_rows
 
-    if not any(row["event"] != "error" for row in final_rows(run_dir).values()):
-        click.echo("no report: no cell produced a result or a violation")
+    if not final_rows(run_dir):
+        click.echo("no report: no cell finished")
         return
     from .report import write_report
 

@@ -369,3 +369,27 @@ def test_a_run_where_every_cell_errored_still_gets_a_report(tmp_path):
         assert (out / "report" / name).read_bytes().startswith(b"\x89PNG")
     assert 'id="errors"' in (out / "report" / "index.html").read_text()
     assert write_report(out, formats=["md"])["md"].read_text().count("the only strategy scored") == 2
+
+
+@pytest.mark.slow
+def test_the_run_command_reports_a_run_where_every_cell_errored(tmp_path):
+    """``run`` writes that report itself at its end, as ``report`` does, and exits 1."""
+    from budgetbench_core.cli import execute
+    from budgetbench_core.plugins import get_registry
+
+    registry = get_registry()  # the registry the command uses
+    if "broken" not in registry.names("strategy"):
+        registry.add_plugin(BrokenPlugin(), PluginInfo("broken-test", "budgetbench-decisions-tests", "0.0.1"))
+    out = tmp_path / "broken"
+    config = RunConfig(
+        task="synthetic-memory",
+        strategies=["broken"],
+        budgets=[160],
+        out=out,
+        limit=2,
+        max_concurrency=1,
+        task_options={"items": 2, "history_tokens": 600},
+    )
+    assert execute(config, display="none") == 1
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert len(report["errors"]) == 2 and report["summary"][0]["plugin_errors"] == 2
