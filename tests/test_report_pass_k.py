@@ -16,7 +16,7 @@ import pytest
 
 from budgetbench_core import RunConfig, run
 from budgetbench_core.report import write_report
-from budgetbench_core.report.html import fmt
+from budgetbench_core.report.columns import fmt
 from budgetbench_core.report.pass_k import pass_hat_k, pass_k, pass_k_section, pass_k_table
 from budgetbench_core.runlog import final_rows
 from budgetbench_core.testing import FaultServer

@@ -10,7 +10,18 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from .html import fmt
+from jinja2 import Undefined
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """Numbers for tables: fixed digits, '–' for missing, 'not reported' for None costs."""
+    if value is None or isinstance(value, Undefined):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "–" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
 
 
 class Column(NamedTuple):

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
+from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..runlog import safe_name
+from .columns import TEXT_FORMATS, USAGE, cell, fmt, summary_columns
 from .data import RunData
 from .ledger import (
     BREAK_EVEN_INTRO,
@@ -30,20 +30,7 @@ from .ledger import (
 from .pass_k import PASS_K_INTRO
 
 
-def fmt(value: Any, digits: int = 3) -> str:
-    """Numbers for tables: fixed digits, '–' for missing, 'not reported' for None costs."""
-    if value is None or isinstance(value, Undefined):
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return "–" if math.isnan(value) else f"{value:.{digits}f}"
-    return str(value)
-
-
 def _environment() -> Environment:
-    from .columns import TEXT_FORMATS, USAGE, cell, summary_columns  # columns formats with fmt, above
-
     env = Environment(
         loader=PackageLoader("budgetbench_core.report", "templates"),
         autoescape=select_autoescape(["html", "j2"], default=True),

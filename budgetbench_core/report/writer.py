@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import FORMATS, tables
-from .columns import USAGE, Column, cell, interval, summary_columns
+from .columns import USAGE, Column, cell, fmt, interval, summary_columns
 from .curve import (
     answerable_without_memory,
     auc_ranking,
@@ -22,7 +22,7 @@ from .curve import (
 )
 from .data import ReportError, RunData, load_run
 from .evidence import evidence_columns, has_evidence, item_evidence, prompts_only_summary
-from .html import fmt, item_page_name, write_html
+from .html import item_page_name, write_html
 from .judge_audit import judge_audit_section
 from .ledger import ledger_markdown, ledger_table
 from .noise import noise_table
