@@ -9,9 +9,9 @@ import types
 import pytest
 
 from budgetbench_core import Executor, Item, Message, RunConfig, Task, hookimpl, read_manifest, run
+from budgetbench_core.engine.scheduling import window_size
 from budgetbench_core.plugins import PluginError, PluginInfo, load_registry
 from budgetbench_core.runner import RunConfigError
-from budgetbench_core.engine.scheduling import window_size
 from budgetbench_core.testing import FaultServer, comparable_rows
 
 SETTINGS = dict(

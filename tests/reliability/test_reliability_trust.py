@@ -36,9 +36,9 @@ from budgetbench_core import (
     run,
     sandbox,
 )
+from budgetbench_core import conformance as kit_module
 from budgetbench_core import events as event_records
 from budgetbench_core import gate as gate_module
-from budgetbench_core import conformance as kit_module
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.cache import CacheError
 from budgetbench_core.memory_systems import MemorySystemStrategy
