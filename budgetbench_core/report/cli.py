@@ -93,7 +93,7 @@ def gate_command(
 ) -> None:
     """Release gate: exit 0 when every check passes, 1 when any fails (2: usage error)."""
     from .data import load_run
-    from .gate import gate
+    from .release_gate import gate
 
     result = gate(
         load_run(run_dir, with_prompts=False),
