@@ -164,7 +164,17 @@ class RequiredOption(click.Option):
 
 
 # The options of ``run`` (and ``demo``) that steer the command, not the run: not RunConfig fields.
-COMMAND_SETTINGS = (Setting("--no-report", "Do not write the report at the end.", kind="flag", default=False),)
+COMMAND_SETTINGS = (
+    Setting("--no-report", "Do not write the report at the end.", kind="flag", default=False),
+    Setting(
+        "--dry-run",
+        "Before any paid call: run the same cells prompts-only in a temporary folder and print the cells, "
+        "the answer calls and how many reach the model, their exact input tokens, the output tokens at "
+        "most and the $ they would cost; nothing is written to --out.",
+        kind="flag",
+        default=False,
+    ),
+)
 DISPLAY_SETTINGS = (
     Setting(
         "--display",
@@ -257,6 +267,7 @@ def run_command(
     budgets,
     out,
     no_report,
+    dry_run,
     task_options,
     strategy_params,
     config_path,
@@ -280,9 +291,63 @@ def run_command(
         **{**settings, "executor_options": _executor_options(settings["executor_options"])},
     )
     config = _prepare(config, budgets_given=bool(budgets), no_preflight=no_preflight, quiet=display == "none")
+    if dry_run:
+        sys.exit(print_dry_run(config, display))
     if config_path:
         copy_into_run(config_path, Path(config.out))
     sys.exit(execute(config, write_report=not no_report, display=display))
+
+
+def print_dry_run(config: RunConfig, display: str) -> int:
+    """``run --dry-run``: the estimate of ``dry_run.estimate``, as a table; no model is called."""
+    from .dry_run import estimate
+    from .episodes import EpisodicTask
+
+    screen = Display(choose_display(display), console=console)
+    task_class = get_registry().get("task", config.task).obj
+    try:
+        found = estimate(
+            config,
+            run,
+            episodic=isinstance(task_class, type) and issubclass(task_class, EpisodicTask),
+            progress=screen.progress,
+            on_start=screen.start,
+        )
+    finally:
+        screen.close()
+    table = Table(title=f"dry run of {config.task} on {config.model}: nothing was sent", box=box.SIMPLE)
+    for heading in ("strategy", "budget", "cells", "answer calls", "sent", "over budget", "errors", "input tokens"):
+        table.add_column(heading, justify="left" if heading == "strategy" else "right")
+    table.add_column("output tokens (at most)", justify="right")
+    table.add_column("$ (at most)", justify="right")
+
+    def dollars(value: float | None) -> str:
+        return "unknown" if value is None else f"{value:.4f}"
+
+    for cell in found.cells:
+        table.add_row(
+            cell.strategy,
+            str(cell.budget),
+            str(cell.cells),
+            str(cell.calls),
+            str(cell.sent),
+            str(cell.violations),
+            str(cell.errors),
+            f"{cell.input_tokens:,}",
+            f"{cell.max_output_tokens:,}",
+            dollars(cell.max_cost_usd),
+        )
+    console.print(table)
+    price = f"priced at {found.price_source}" if found.price_source else "no price known (pass --price IN/OUT)"
+    console.print(
+        f"total: {found.calls} answer calls, {found.sent} sent (the others answered by the reply cache), "
+        f"{found.input_tokens:,} input tokens, at most "
+        f"{found.max_output_tokens:,} output tokens, at most ${dollars(found.max_cost_usd)} ({price}). "
+        f"Not counted: {'; '.join(found.unseen)}.",
+        soft_wrap=True,
+        highlight=False,
+    )
+    return EXIT_OK
 
 
 def _demo_options(function):

@@ -1,5 +1,8 @@
 """Every model call of a run goes through here: cache, connection limit, retries, deadlines.
 
+A reply is asked for once: cells asking the same prompt (the cache key) at once wait for the
+first one's reply instead of each sending it.
+
 The backend is plugin code: each attempt runs in the sandbox (``sandbox.contained``) with a
 *total* deadline (``timeout_s``, never later than the cell's own deadline), so a server that
 trickles bytes cannot hold a call past it, and anything the backend raises is contained.
@@ -162,6 +165,7 @@ class ModelCaller:
         self._async: bool | None = None  # backend.async_calls(), asked on the first attempt
         self._async_slots: tuple[SharedLoop, asyncio.Semaphore] | None = None
         self._count_lock = threading.Lock()
+        self._fetching: dict[str, threading.Event] = {}  # keys being asked for now: a second asker waits
         self.calls_made = 0
         self.stopping: str | None = None  # why nothing more is sent (``stop_sending``)
         self._flying: dict[int, Deadline | None] = {}  # attempts in flight: their total deadline
@@ -314,12 +318,38 @@ class ModelCaller:
         sent = SentMessages(messages, chat_json if chat_json is not None else serialise(messages))
         key = cache_key(*self.backend.cache_identity(), sent.chat_json, params)
         warnings: list[str] = []
-        if self.cache is not None:
-            hit, warning = self.cache.lookup(key)
-            if warning:
-                warnings.append(warning)
+        if self.cache is None:
+            return self._fetch(key, sent, params, deadline, warnings)
+        hit, warning = self.cache.lookup(key)
+        if warning:
+            warnings.append(warning)
+        if hit is not None:
+            return CallOutcome(hit, 0, True, warnings)
+        with self._count_lock:  # one thread asks for a reply; the others asking the same wait for it
+            fetching = self._fetching.get(key)
+            if fetching is None:
+                fetching = self._fetching[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            fetching.wait(None if deadline is None else deadline.remaining())
+            hit, _ = self.cache.lookup(key)
             if hit is not None:
                 return CallOutcome(hit, 0, True, warnings)
+            # the other call failed (or the deadline passed): this one asks for itself
+        try:
+            return self._fetch(key, sent, params, deadline, warnings)
+        finally:
+            if mine:
+                with self._count_lock:
+                    del self._fetching[key]
+                fetching.set()
+
+    def _fetch(
+        self, key: str, sent: SentMessages, params: GenerationParams, deadline: Deadline | None, warnings: list[str]
+    ) -> CallOutcome:
+        """The attempts of one call, retried as the policy says; its reply goes to the cache."""
         attempts = 0
         while True:
             if deadline is not None and deadline.expired():
