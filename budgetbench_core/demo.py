@@ -40,6 +40,15 @@ REAL_QUALITY = (
 )
 
 
+ANSWERED_NOTE = (
+    "the embedded SmolLM2-135M cannot answer these questions: its quality is near 0 for every strategy, "
+    "even where the prompt kept all the evidence, so this run shows that the pipeline and the served-count "
+    "audit work, not which strategy is better. Evidence recall (the prompts-only report) is the "
+    "model-independent comparison; for quality run a capable model, e.g. budgetbench run -t synthetic-memory "
+    "-s truncation -s checkpoint -s rag -m ollama_chat/qwen2.5:7b --tokenizer hf:Qwen/Qwen2.5-7B-Instruct"
+)
+
+
 def available_strategies(registry: Registry) -> tuple[list[str], list[str]]:
     """(strategies the demo can run, the ones missing from this installation)."""
     names = set(registry.names("strategy"))
@@ -67,6 +76,7 @@ def demo_configs(out: Path, items: int, answered: int, max_concurrency: int, str
                 budgets=[BUDGETS[0]],
                 limit=answered,
                 task_options={"items": answered, "history_tokens": HISTORY_TOKENS},
+                notes=[ANSWERED_NOTE],
                 **common,
             )
         )

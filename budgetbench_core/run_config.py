@@ -233,6 +233,14 @@ class RunConfig:
         metavar="IN/OUT",
         default=None,
     )
+    notes: list[str] = setting(
+        "--note",
+        "A line shown first in the report's findings: why the run was made, what its numbers can and "
+        "cannot say; repeat for several. Kept in the manifest, not part of the run identity.",
+        kind="names",
+        metavar="TEXT",
+        default_factory=list,
+    )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -56,3 +56,9 @@ def test_an_answered_run_near_zero_says_why_and_what_to_run_for_real_quality(tmp
     assert explained == (quality < LOW_QUALITY), lines
     if explained:
         assert "SmolLM2-135M" in "\n".join(lines) and f"  {REAL_QUALITY}" in lines
+    # the answered run's own report says it first, in its findings (run --note)
+    from budgetbench_core.report import write_report
+
+    report = write_report(tmp_path / "answered")["md"].read_text(encoding="utf-8")
+    findings = report.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert findings.lstrip().startswith("- Note: the embedded SmolLM2-135M cannot answer these questions")

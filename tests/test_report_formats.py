@@ -68,3 +68,29 @@ def test_format_png_writes_the_plots_and_html_writes_them_too(report_dir):
     _remove_outputs(report_dir)
     paths = write_report(report_dir.parent, formats=["html"])
     assert (report_dir / "index.html").exists() and _plots(report_dir)  # the page embeds them
+
+
+def test_a_runs_notes_come_first_in_its_findings_and_never_in_its_identity(tmp_path):
+    """``run --note TEXT``: kept in the manifest and shown first in every format's findings."""
+    import json
+
+    from budgetbench_core import RunConfig, read_manifest, run
+    from budgetbench_core.report import write_report
+
+    common = dict(
+        task="synthetic-memory",
+        strategies=["truncation"],
+        budgets=[300],
+        prompts_only=True,
+        task_options={"items": 2, "history_tokens": 600},
+        tokenizer="tiktoken:cl100k_base",
+    )
+    run(RunConfig(out=tmp_path / "noted", notes=["made to check the gate, not to rank"], **common))
+    run(RunConfig(out=tmp_path / "plain", **common))
+    noted, plain = read_manifest(tmp_path / "noted"), read_manifest(tmp_path / "plain")
+    assert noted["run_key"] == plain["run_key"], "a note changes what the run is called, not what it measures"
+    paths = write_report(tmp_path / "noted")
+    findings = json.loads(paths["json"].read_text())["findings"]
+    assert findings[0] == "Note: made to check the gate, not to rank"
+    assert "- Note: made to check the gate, not to rank" in paths["md"].read_text()
+    assert "Note: made to check the gate, not to rank" in paths["html"].read_text()

@@ -208,6 +208,12 @@ def _prompts_only_tables(data: RunData) -> tuple[list[dict[str, Any]], list[dict
     return summary, sorted(categories, key=lambda r: (r["task"], r["category"]))
 
 
+def _notes(data: RunData) -> list[str]:
+    """The run's own notes (``run --note``), first: what its maker says its numbers can and cannot show."""
+    notes = (data.manifest.get("config") or {}).get("notes") or []
+    return [f"Note: {note}" for note in notes if isinstance(note, str) and note.strip()]
+
+
 def _prompts_only_findings(summary: list[dict[str, Any]], pivot, errors, curve_findings: list[str]) -> list[str]:
     findings = [
         "Prompts-only run: strategies, the budget gate, the audit and evidence recall ran for every cell; "
@@ -306,7 +312,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
             "served_checked": 0,
             "served_unreported": 0,
             "incomplete": [],
-            "findings": _prompts_only_findings(summary, pivot, errors, curve_context.pop("curve_findings")),
+            "findings": _notes(data)
+            + _prompts_only_findings(summary, pivot, errors, curve_context.pop("curve_findings")),
             **curve_context,
         }
     summary = tables.summary_table(data)
@@ -369,7 +376,8 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         "served_checked": served_checked,
         "served_unreported": data.served_unreported(),
         "incomplete": tables.incomplete_cells(summary),
-        "findings": tables.incomplete_cells(summary)
+        "findings": _notes(data)
+        + tables.incomplete_cells(summary)
         + curve_context.pop("curve_findings")
         + _findings(data, summary, paired, errors, mismatches, pivot),
         **curve_context,
