@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ..backends import GenerationParams
 from ..cell import CellKey, CellLog
 from ..graders import Grader, GradingContext
-from ..host.metering import Metering
+from ..host.metering import Metering, charge
 from ..host.pool import PluginHost
 from ..messages import Item, Message
 from ..model_calls import ModelCaller
@@ -111,16 +111,13 @@ class CellServices:
         if cell is not None:
             completion = outcome.completion
             own_model = self.judge_caller is self.caller
-            totals = cell.metered.setdefault(
-                "judge", {"calls": 0, "input_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
+            charge(
+                cell,
+                "judge",
+                self.counter.count(prompt) if own_model else completion.prompt_tokens,
+                completion.completion_tokens,
+                0.0 if outcome.cached else (completion.latency_s or 0.0),
             )
-            totals["calls"] += 1
-            sent = self.counter.count(prompt) if own_model else completion.prompt_tokens
-            for name, value in (("input_tokens", sent), ("completion_tokens", completion.completion_tokens)):
-                if totals[name] is not None:
-                    totals[name] = None if value is None else totals[name] + value
-            if not outcome.cached:
-                totals["latency_s"] = round(totals["latency_s"] + (completion.latency_s or 0.0), 6)
         return outcome.completion.text
 
     def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:

@@ -119,9 +119,17 @@ def charge_cpu(cell: CellLog, spent: dict[str, Any]) -> None:
 
 def _add(cell: CellLog, record: CallRecord) -> None:
     """The cell's per-phase totals for its terminal row (a missing count stays missing)."""
-    phase = _totals(cell, str(record.phase))
-    phase["calls"] += 1
-    for name, value in (("input_tokens", record.input_tokens), ("completion_tokens", record.completion_tokens)):
-        if phase[name] is not None:
-            phase[name] = None if value is None else phase[name] + value
-    phase["latency_s"] = round(phase["latency_s"] + record.latency_s, 6)
+    charge(cell, str(record.phase), record.input_tokens, record.completion_tokens, record.latency_s)
+
+
+def charge(
+    cell: CellLog, phase: str, input_tokens: int | None, completion_tokens: int | None, latency_s: float
+) -> None:
+    """One call on ``cell``'s ``metered[phase]`` totals: once a count is missing, the sum stays
+    missing (never a silent 0)."""
+    totals = _totals(cell, phase)
+    totals["calls"] += 1
+    for name, value in (("input_tokens", input_tokens), ("completion_tokens", completion_tokens)):
+        if totals[name] is not None:
+            totals[name] = None if value is None else totals[name] + value
+    totals["latency_s"] = round(totals["latency_s"] + latency_s, 6)
