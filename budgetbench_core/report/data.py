@@ -66,14 +66,24 @@ class RunData:
                 lost[key[0]].setdefault(key[4], row)
         return dict(lost)
 
-    def served_mismatches(self) -> list[dict[str, Any]]:
-        """Result rows whose server-reported prompt size differs from our count."""
+    def served_checked(self) -> list[dict[str, Any]]:
+        """Rows whose prompt reached the server and whose size the server reported: results, and
+        the violations of phase ``served`` (sent, then found over the budget by the server's count)."""
         return [
             row
             for row in self.rows.values()
-            if row["event"] == "result"
+            if row["event"] in ("result", "violation")
+            and (row["event"] == "result" or row.get("phase") == "served")
             and row.get("served_prompt_tokens") is not None
-            and row["served_prompt_tokens"] != row.get("prompt_tokens")
+        ]
+
+    def served_mismatches(self) -> list[dict[str, Any]]:
+        """Result rows whose server-reported prompt size differs from our count (a served violation
+        differs by definition: it is counted apart)."""
+        return [
+            row
+            for row in self.served_checked()
+            if row["event"] == "result" and row["served_prompt_tokens"] != row.get("prompt_tokens")
         ]
 
     def served_unreported(self) -> int:

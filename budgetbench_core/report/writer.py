@@ -105,13 +105,12 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
             f"comparison: {', '.join(sorted(lost))}."
         )
     served_over = [r for r in data.rows.values() if r["event"] == "violation" and r.get("phase") == "served"]
-    reported = served_over + [
-        r for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None
-    ]
+    reported = data.served_checked()
     if mismatches:
         findings.append(
             f"Served-count audit: on {len(mismatches)} result rows the server's prompt size differs from "
-            f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens)."
+            f"our count (largest difference {max(abs(r['difference']) for r in mismatches)} tokens; "
+            f"{len(reported)} prompts the server counted in all)."
         )
     if served_over:
         findings.append(
@@ -349,9 +348,7 @@ def build_context(data: RunData, reference: str | None = None) -> dict[str, Any]
         for task, lost in sorted(data.ingest_losses().items())
         for item, row in sorted(lost.items())
     ]
-    served_checked = sum(
-        1 for r in data.rows.values() if r["event"] == "result" and r.get("served_prompt_tokens") is not None
-    )
+    served_checked = len(data.served_checked())
     return {
         "title": data.manifest.get("config", {}).get("task") or data.run_dir.name,
         "run_dir": str(data.run_dir),
