@@ -193,6 +193,7 @@ class Violation(Terminal):
     quality: float = doc("always 0", 0)
     cause: str | None = doc("which call, and the counts", None)
     completion: str | None = doc("the reply, kept for audit (phase `served`)", None)
+    cached: bool | None = doc("phase `served`: the reply came from the response cache (no call was made)", None)
     plugin: str | None = doc("the strategy", None)
 
 

@@ -69,3 +69,5 @@ def test_the_audit_counts_every_prompt_the_server_counted_served_violations_incl
     assert any("on 1 calls the server counted the prompt over the budget" in f for f in findings), findings
     report = json.loads((tmp_path / "run" / "report" / "report.json").read_text())
     assert report["served_checked"] == len(sent) == 3, "the over-budget prompt was sent and counted too"
+    (cell,) = report["summary"]
+    assert cell["model_calls"] == 3, "the served violation was a call: the cell's calls are the run's"

@@ -223,6 +223,7 @@ def send(services: CellServices, cell: CellLog, gated: Gated, repeat: int) -> An
             prompt_tokens=gated.tokens,
             served_prompt_tokens=completion.prompt_tokens,
             completion=completion.text,
+            cached=outcome.cached,
             cause=f"the server counted {completion.prompt_tokens} prompt tokens, over the budget of "
             f"{gated.budget} (we counted {gated.tokens})",
             strategy_s=strategy_s,

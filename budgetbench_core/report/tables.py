@@ -98,6 +98,7 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
     completion = [r["completion_tokens"] for r in results if r.get("completion_tokens") is not None]
     # A cache hit carries the original call's latency: counting it again would weigh one call twice.
     called = [r for r in results if not r.get("cached")]
+    sent_over = [r for r in violations if r.get("phase") == "served" and r.get("cached") is False]
     return {
         "n_items": len({str(r["item_id"]) for r in rows}),
         "repeats": len({int(r["repeat"]) for r in rows}),
@@ -118,7 +119,7 @@ def cell_summary(rows: list[dict[str, Any]], binary: bool, budget: int) -> dict[
         "used_tokens_max": _max(used),
         "utilisation_mean": _mean(used) / budget if used else math.nan,
         "utilisation_max": _max(used) / budget if used else math.nan,
-        "model_calls": len(called),
+        "model_calls": len(called) + len(sent_over),  # a served violation was a call too
         "cache_hits": len(results) - len(called),
         "latency_p50_s": stats.percentile([r.get("latency_s") for r in called], 50),
         "latency_p95_s": stats.percentile([r.get("latency_s") for r in called], 95),
