@@ -17,9 +17,9 @@ from budgetbench_core.cli import cli
 from budgetbench_core.report import stats, write_report
 from budgetbench_core.report.columns import summary_columns
 from budgetbench_core.report.data import RunData
-from budgetbench_core.report.release_gate import gate
 from budgetbench_core.report.pivot import best_at_each_budget
 from budgetbench_core.report.plan import plan_pair
+from budgetbench_core.report.release_gate import gate
 from budgetbench_core.report.tables import monotone_note, paired_table, summary_table
 from budgetbench_core.runlog import final_rows
 from budgetbench_core.testing import FaultServer
