@@ -12,15 +12,19 @@ tokenizer:
 - ``budget``: the exact count never exceeds the budget (unless system prompt and query
   alone do), and no auxiliary call is left over budget; skipped for a strategy that
   declares ``enforces_budget = False`` (a ceiling arm such as ``full_context``);
-- ``no-mutation``: the history (and the item) are unchanged after ``apply``;
+- ``no-mutation``: the history (its messages and their metadata) and the item are unchanged
+  after ``apply``;
 - ``deterministic``: two fresh instances under the same seed give the same prompts;
 - ``reset``: after ``reset()`` an instance gives what a fresh instance gives;
 - ``ingest-failures`` (memory systems): ``ingest`` returns an ``IngestReport`` that names
   a session that could not be read, with its cause, instead of raising or losing it.
 
-Auxiliary model calls go to a real model (the embedded one by default) and are
-memoised within a kit, so the determinism and reset checks test the strategy and
-not the sampler.
+The kit has no pipeline of its own: every prompt goes through the engine's
+``build_prompt`` (contained, canonical, validated, counted and audited into a run record
+of the kit's own, as in a run), and the checks read that record back, so a plugin that
+passes here meets the same step in a run. Auxiliary model calls go through the engine's
+caller to a real model (the embedded one by default) with a response cache for the
+kit's lifetime, so the determinism and reset checks test the strategy and not the sampler.
 
 ``budgetbench_core.testing`` re-exports the kit's public names (plugins import it from there);
 this module imports neither the CLI nor ``testing``, so ``check-plugin`` uses it without a cycle.
@@ -29,41 +33,33 @@ this module imports neither the CLI nor ``testing``, so ``check-plugin`` uses it
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import operator
 import random
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backends import Backend, GenerationParams
-from .gate import AuxiliaryBudgetError, gate
+from .backends import Backend
+from .cache import ResponseCache
+from .engine.pipeline import build_prompt, strategy_context
+from .engine.services import CellSettings, PromptServices
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
-from .sandbox import (
-    Deadline,
-    PluginFailure,
-    PluginRef,
-    PrivateView,
-    PromptError,
-    canonical_prompt,
-    contained,
-    fingerprint,
-    validate_prompt,
-)
-from .strategies import MemoryStrategy, Regime, StrategyContext
+from .model_calls import ModelCaller
+from .runlog import EventLog, iter_events
+from .sandbox import HISTORY_MUTATED, Deadline, PluginRef, PrivateView
+from .strategies import MemoryStrategy, Regime
 from .tokenizers import PromptCounter
 
 STANDARD_BUDGETS = (256, 512, 1024)
 KIT_TIMEOUT_S = 600.0  # per apply call: generous for auxiliary calls on a busy CPU
+KIT_TASK = "conformance-kit"  # the task name on the kit's own run record
 STRATEGY_CHECKS = ("declared", "valid-output", "budget", "no-mutation", "deterministic", "reset")
 MEMORY_SYSTEM_CHECKS = (*STRATEGY_CHECKS, "ingest-failures")
 
 Factory = Callable[[], "MemoryStrategy | MemorySystem"]
-ModelCall = Callable[[list[Message], int], str]
 
 SYSTEM = "You are a helpful assistant with a long memory. Answer the last question in a few words."
 _TOPICS = [
@@ -188,20 +184,46 @@ def unreadable_session(session: Session) -> Session:
     return Session(session.id, tuple(messages), session.date)
 
 
-def _fingerprint(messages: Sequence[Message]) -> tuple:
-    """The runner's fingerprint (stored fields, JSON-safe metadata): hostile metadata cannot break it."""
-    return fingerprint(messages)
-
-
 def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
 class _Cell:
-    prompt: list[Message] | None = None
-    error: BaseException | None = None
-    mutated: bool = False
+    """What the run record says of one (item, budget) cell: its audited prompt and, when the
+    engine ended the cell there (an error or a violation), its terminal row."""
+
+    prompt: list[dict[str, Any]] | None = None  # the canonical prompt as audited: {role, content, metadata}
+    tokens: int | None = None
+    end: dict[str, Any] | None = None
+
+    def ended(self, event: str, phase: str | None = None) -> bool:
+        return self.end is not None and self.end["event"] == event and phase in (None, self.end.get("phase"))
+
+    @property
+    def mutated(self) -> bool:
+        return self.ended("error") and HISTORY_MUTATED in str(self.end and self.end.get("cause"))
+
+
+class _KitStrategies:
+    """The pool of a kit pass: one plugin, one instance at a time; a timed-out instance is
+    dropped and the next cell gets a fresh one, as in a run."""
+
+    def __init__(self, factory: Factory, as_strategy: Callable[[Any], MemoryStrategy]) -> None:
+        self.factory = factory
+        self.as_strategy = as_strategy
+        self.instance: MemoryStrategy | None = None
+
+    def get(self) -> MemoryStrategy:
+        if self.instance is None:
+            self.instance = self.as_strategy(self.factory())
+        return self.instance
+
+    def ref(self, name: str) -> PluginRef:
+        return PluginRef("strategy", name)
+
+    def discard(self, name: str) -> None:
+        self.instance = None
 
 
 # ----------------------------------------------------------------- the kit
@@ -211,13 +233,17 @@ class ConformanceKit:
     """Runs the checks with one exact counter and (optionally) one model for auxiliary calls.
 
     ``factory`` is a strategy or memory-system class, or any zero-argument callable that
-    returns an instance (``functools.partial(MyStrategy, top_k=3)``).
+    returns an instance (``functools.partial(MyStrategy, top_k=3)``). Every prompt goes
+    through the engine's own ``build_prompt`` (the step a run takes: contained, canonical,
+    validated, counted, audited into a run record) and the checks read that record back.
+    ``model`` is the engine's ``ModelCaller`` for auxiliary calls (``open_kit`` builds one
+    with a response cache, so repeated passes ask the model once per prompt).
     """
 
     def __init__(
         self,
         counter: PromptCounter,
-        model: ModelCall | None = None,
+        model: ModelCaller | None = None,
         budgets: Sequence[int] = STANDARD_BUDGETS,
         items: Sequence[Item] | None = None,
         seed: int = 0,
@@ -227,28 +253,47 @@ class ConformanceKit:
         self.budgets = tuple(budgets)
         self.items = list(items) if items is not None else standard_items(seed)
         self.seed = seed
-        self._aux_cache: dict[tuple, str] = {}
-        self.aux_calls = 0
+
+    @property
+    def aux_calls(self) -> int:
+        """Auxiliary calls that reached the model (cache hits not counted)."""
+        return self.model.calls_made if self.model is not None else 0
 
     # ------------------------------------------------------------- running
 
-    def _complete(self, budget: int) -> Callable[[Sequence[Message], int, str], str]:
-        def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
-            gated = gate(messages, budget, self.counter)  # the runner's gate: canonical prompt, exact count
-            if not gated.admitted:
-                raise AuxiliaryBudgetError(
-                    f"auxiliary call {purpose!r} has {gated.tokens} prompt tokens, over the budget of {budget}",
-                    gated.tokens,
-                )
-            if self.model is None:
-                raise RuntimeError("this conformance kit has no model for auxiliary calls")
-            key = (tuple((m.role, m.content) for m in gated.prompt), max_tokens)
-            if key not in self._aux_cache:
-                self._aux_cache[key] = self.model(list(gated.prompt), max_tokens)
-                self.aux_calls += 1
-            return self._aux_cache[key]
-
-        return complete
+    def _services(self, run_dir: Path, strategies: _KitStrategies) -> PromptServices:
+        """The engine's prompt services for one pass, built as a run builds them (no model:
+        auxiliary calls are refused, as in a prompts-only run)."""
+        info = self.counter.info
+        settings = CellSettings(
+            task=KIT_TASK,
+            run_key="conformance-kit",
+            tokenizer=info.to_dict(),
+            seed=self.seed,
+            temperature=0.0,
+            max_output_tokens=0,
+            item_timeout_s=KIT_TIMEOUT_S,
+            timeout_s=KIT_TIMEOUT_S,
+            prompts_only=self.model is None,
+            model="",
+            judge_model=None,
+            user_context=max(self.budgets),
+            judge_context=max(self.budgets),
+        )
+        scratch = run_dir / "scratch"
+        scratch.mkdir()
+        return PromptServices(
+            settings=settings,
+            counter=self.counter,
+            tokenizer_ref=PluginRef("tokenizer", info.id),
+            caller=self.model,
+            log=EventLog(run_dir / "run"),
+            run_dir=run_dir / "run",
+            scratch_dir=scratch,
+            strategies=strategies,
+            evidence={},
+            tally=None,
+        )
 
     @staticmethod
     def _as_strategy(instance: Any) -> MemoryStrategy:
@@ -259,38 +304,33 @@ class ConformanceKit:
         return instance
 
     def _pass(self, factory: Factory, items: Sequence[Item]) -> dict[tuple[str, int], _Cell]:
-        """One fresh instance over ``items`` (reset before each), every budget; its own run dir."""
-        cells: dict[tuple[str, int], _Cell] = {}
-        strategy = self._as_strategy(factory())
+        """One fresh instance over ``items`` (reset before each), every budget, through the
+        engine's ``build_prompt`` into a run record of its own; the cells as that record says."""
+        strategies = _KitStrategies(factory, self._as_strategy)
+        name = str(getattr(strategies.get(), "name", "?"))
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
+            services = self._services(Path(run_dir), strategies)
             for item in items:
-                strategy.reset()
+                strategies.get().reset()
                 view = PrivateView(item)  # what the runner gives a strategy: no grading key, checked after each call
                 for budget in self.budgets:
-                    cell = cells[(item.id, budget)] = _Cell()
-                    history = list(view.item.history)  # a list, so an in-place edit of it is seen too
-                    context = StrategyContext(
-                        item=view.item,
-                        budget=budget,
-                        counter=self.counter,
-                        complete=self._complete(budget),
-                        seed=self.seed,
-                        scratch_dir=Path(run_dir),
-                    )
-                    try:  # contained as in the runner: SystemExit or a hang in apply is a failed cell
-                        cell.prompt = contained(
-                            "strategy",
-                            PluginRef("strategy", str(getattr(strategy, "name", "?"))),
-                            # bound now: a call that outlives its deadline keeps its own cell
-                            functools.partial(strategy.apply, history, budget, context),
-                            Deadline(KIT_TIMEOUT_S),
-                        )
-                    except PluginFailure as failure:
-                        cell.error = failure.original if failure.original is not None else failure
-                    given = view.item.history
-                    cell.mutated = (
-                        not view.intact() or len(history) != len(given) or any(map(operator.is_not, history, given))
-                    )
+                    cell = services.cell(name, item, budget, 0)
+                    deadline = Deadline(KIT_TIMEOUT_S)
+                    context = strategy_context(services, cell, view, budget, 0, deadline)
+                    build_prompt(services, cell, strategies.get(), item, view, budget, context, deadline)
+                    cell.close()
+            services.log.close()
+            return self._cells(iter_events(services.run_dir))
+
+    @staticmethod
+    def _cells(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], _Cell]:
+        cells: dict[tuple[str, int], _Cell] = {}
+        for row in rows:
+            cell = cells.setdefault((row["item_id"], row["budget"]), _Cell())
+            if row["event"] == "prompt_audit":
+                cell.prompt, cell.tokens = row["messages"], row["prompt_tokens"]
+            elif row["event"] in ("error", "violation"):
+                cell.end = row
         return cells
 
     # ------------------------------------------------------------- checks
@@ -319,26 +359,14 @@ class ConformanceKit:
             return CheckResult("declared", "fail", "; ".join(problems))
         return CheckResult("declared", "pass", f"{name}: {Regime(regime).value}")
 
-    def _validate(self, item: Item, prompt: Any) -> str | None:
-        """The runner's own validation (``sandbox``): canonical prompt, roles, system first, query last."""
-        try:
-            validate_prompt(item, canonical_prompt(prompt))
-        except PromptError as exc:
-            return str(exc)
-        return None
-
     def check_valid_output(self, cells: dict[tuple[str, int], _Cell]) -> CheckResult:
-        problems = []
-        for (item_id, budget), cell in cells.items():
-            item = self._item(item_id)
-            if isinstance(cell.error, AuxiliaryBudgetError):
-                continue  # reported by the budget check
-            if cell.error is not None:
-                problems.append(f"{item_id}@{budget}: raised {_describe_error(cell.error)}")
-                continue
-            problem = self._validate(item, cell.prompt)
-            if problem:
-                problems.append(f"{item_id}@{budget}: {problem}")
+        """Every cell the engine ended with an error (``apply`` raised, hung, or returned what
+        the runner's validation refuses), except a changed history: ``no-mutation`` reports it."""
+        problems = [
+            f"{item_id}@{budget}: {cell.end['cause']}"
+            for (item_id, budget), cell in cells.items()
+            if cell.end is not None and cell.ended("error") and not cell.mutated
+        ]
         return self._result("valid-output", problems, f"{len(cells)} prompts well formed")
 
     def check_budget(self, cells: dict[tuple[str, int], _Cell], enforces_budget: bool = True) -> CheckResult:
@@ -353,17 +381,16 @@ class ConformanceKit:
         checked = 0
         worst = 0.0
         for (item_id, budget), cell in cells.items():
-            item = self._item(item_id)
-            if isinstance(cell.error, AuxiliaryBudgetError):
-                problems.append(f"{item_id}@{budget}: {cell.error}")
+            if cell.end is not None and (cell.ended("violation", "auxiliary") or cell.ended("violation", "served")):
+                problems.append(f"{item_id}@{budget}: {cell.end['cause']}")
                 continue
-            if cell.error is not None or self._validate(item, cell.prompt):
+            if cell.tokens is None or cell.ended("error"):
                 continue
-            tokens = gate(cell.prompt, budget, self.counter).tokens  # counted as the runner counts: canonical
-            if tokens > budget and self.counter.count(item.frame([])) <= budget:
-                problems.append(f"{item_id}@{budget}: {tokens} tokens")
+            frame = self.counter.count(self._item(item_id).frame([]))  # system prompt and query alone
+            if cell.tokens > budget and frame <= budget:
+                problems.append(f"{item_id}@{budget}: {cell.tokens} tokens")
             checked += 1
-            worst = max(worst, tokens / budget)
+            worst = max(worst, cell.tokens / budget)
         if not checked and not problems:
             return CheckResult("budget", "skip", "no valid prompt to count")
         return self._result(
@@ -402,20 +429,17 @@ class ConformanceKit:
         system = factory()
         if not isinstance(system, MemorySystem):
             return CheckResult("ingest-failures", "skip", "not a memory system")
-        item = PrivateView(max(self.items, key=lambda i: len(i.sessions()))).item
-        sessions = item.sessions()
+        full = max(self.items, key=lambda i: len(i.sessions()))
+        view = PrivateView(full)
+        sessions = view.item.sessions()
         bad = sessions[1]
         given = list(sessions)
         given[1] = unreadable_session(bad)
+        budget = max(self.budgets)
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
-            context = StrategyContext(
-                item=item,
-                budget=max(self.budgets),
-                counter=self.counter,
-                complete=self._complete(max(self.budgets)),
-                seed=self.seed,
-                scratch_dir=Path(run_dir),
-            )
+            services = self._services(Path(run_dir), _KitStrategies(lambda: system, self._as_strategy))
+            cell = services.cell(str(system.name), full, budget, 0)
+            context = strategy_context(services, cell, view, budget, 0, Deadline(KIT_TIMEOUT_S))
             system.reset()
             try:
                 report = system.ingest(given, context)
@@ -425,6 +449,8 @@ class ConformanceKit:
                     "fail",
                     f"ingest raised instead of reporting the failed session: {_describe_error(exc)}",
                 )
+            finally:
+                services.log.close()
         if not isinstance(report, IngestReport):
             return CheckResult("ingest-failures", "fail", f"ingest returned {type(report).__name__}, not IngestReport")
         problems = []
@@ -488,9 +514,12 @@ class ConformanceKit:
 
     @staticmethod
     def _same(a: _Cell, b: _Cell) -> bool:
-        if a.error is not None or b.error is not None:
-            return (type(a.error), str(a.error)) == (type(b.error), str(b.error))
-        return _fingerprint(a.prompt or []) == _fingerprint(b.prompt or [])
+        """Same ending (event, phase and cause) or, for prompts the engine admitted, the same
+        audited prompt, message by message."""
+        if a.end is not None or b.end is not None:
+            ends = [(c.end or {}) for c in (a, b)]
+            return len({(e.get("event"), e.get("phase"), e.get("cause")) for e in ends}) == 1
+        return a.prompt == b.prompt
 
     @staticmethod
     def _result(check: str, problems: list[str], ok: str) -> CheckResult:
@@ -528,10 +557,12 @@ def open_kit(
         if not spec:
             raise ValueError(f"model {model!r} has no default tokenizer: give a tokenizer spec")
         counter = PromptCounter(registry.resolve_tokenizer(spec, backend))
-
-        def call(messages: list[Message], max_tokens: int) -> str:
-            return backend.complete(messages, GenerationParams(max_tokens, 0.0, seed)).text
-
-        yield ConformanceKit(counter, call, budgets=budgets, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="budgetbench-kit-cache-") as cache_dir:
+            cache = ResponseCache(Path(cache_dir) / "cache.sqlite")
+            try:
+                caller = ModelCaller(backend, cache, 1, timeout_s=timeout_s, plugin=PluginRef("backend", model))
+                yield ConformanceKit(counter, caller, budgets=budgets, seed=seed)
+            finally:
+                cache.close()
     finally:
         backend.stop()

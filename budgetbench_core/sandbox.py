@@ -43,6 +43,9 @@ class PromptError(ValueError):
     """``apply`` returned something that is not an acceptable prompt; the message says why."""
 
 
+HISTORY_MUTATED = "the strategy mutated the history it was given"  # the cause a run and the kit both record
+
+
 @dataclass(frozen=True)
 class PluginRef:
     """Who is at fault when plugin code fails: kind, registered name and distribution."""

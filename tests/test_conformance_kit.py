@@ -78,12 +78,34 @@ class Base(MemoryStrategy):
 
 
 class Mutates(Base):
+    """Edits a message of the history it was given in place, past its frozen dataclass: a run
+    refuses the cell, and the kit says so."""
+
     name = "mutates"
 
     def apply(self, history, budget, context):
         if history:
-            history.pop(0)  # in-place edit of the list it was given
+            object.__setattr__(history[0], "content", history[0].content + " (edited)")
         return self.keep(history, budget, context)
+
+
+class PopsHistory(Base):
+    """Tries to edit its history as a list: a run gives a tuple, so ``apply`` raises, and the
+    kit reports what a run records (an error), not a check of its own."""
+
+    name = "pops-history"
+
+    def apply(self, history, budget, context):
+        if history:
+            history.pop(0)
+        return self.keep(history, budget, context)
+
+
+def test_the_kit_records_what_a_run_records_for_an_edit_it_cannot_make(kit):
+    results = {r.check: r for r in kit.run_checks(PopsHistory)}
+    assert results["valid-output"].status == "fail"
+    assert "AttributeError" in results["valid-output"].detail and "pop" in results["valid-output"].detail
+    assert results["no-mutation"].status == "pass"
 
 
 class Leaks(Base):

@@ -25,6 +25,7 @@ from ..messages import Item, Message
 from ..model_calls import CallFailed
 from ..retrievals import load_retrieval, save_retrieval
 from ..sandbox import (
+    HISTORY_MUTATED,
     Deadline,
     PluginFailure,
     PluginRef,
@@ -39,7 +40,7 @@ from ..sandbox import (
     validate_prompt,
 )
 from ..strategies import MemoryStrategy, StrategyContext
-from .services import CellServices
+from .services import CellServices, PromptServices
 
 
 def _no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
@@ -53,14 +54,15 @@ def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
 
 
 def strategy_context(
-    services: CellServices, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
+    services: PromptServices, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
 ) -> StrategyContext:
     """The context of one strategy call: its view of the item, and auxiliary calls through the
     cell's gated channel (refused in a prompts-only run)."""
+    caller = None if services.settings.prompts_only else services.caller
     channel: Callable[[Sequence[Message], int, str], str] = (
         _no_model_calls
-        if services.settings.prompts_only
-        else AuxChannel(cell, services.counter, services.caller, services.settings.seed + repeat, deadline)
+        if caller is None
+        else AuxChannel(cell, services.counter, caller, services.settings.seed + repeat, deadline)
     )
     return StrategyContext(
         item=view.item,
@@ -73,7 +75,7 @@ def strategy_context(
 
 
 def build_prompt(
-    services: CellServices,
+    services: PromptServices,
     cell: CellLog,
     strategy: MemoryStrategy,
     item: Item,
@@ -109,7 +111,7 @@ def build_prompt(
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)
         if not view.intact():
-            raise PromptError("the strategy mutated the history it was given")
+            raise PromptError(HISTORY_MUTATED)
         copied = json_safe_or_empty(context.audit)
         cell.strategy_s = time.monotonic() - started
         return prompt, dropped, copied

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..backends import GenerationParams
@@ -69,28 +69,55 @@ class CellSettings:
 Tally = Callable[[str, dict[str, Any] | None], None]
 
 
+class StrategyRefs(Protocol):
+    """What a cell's prompt step needs of the run's strategies: their blame, and dropping an
+    instance that timed out (``StrategyPool``; the conformance kit's one-strategy pool)."""
+
+    def ref(self, name: str) -> PluginRef: ...
+
+    def discard(self, name: str) -> None: ...
+
+
 @dataclass(frozen=True)
-class CellServices:
-    """Counter, callers, log, strategies, task and grader of a run, as cells use them."""
+class PromptServices:
+    """What building, gating and auditing a prompt needs (``pipeline.build_prompt`` and the
+    strategy's context): the counter, the auxiliary-call caller, the log and the strategies.
+    The conformance kit builds this part alone: it has no task, grader or judge."""
 
     settings: CellSettings
+    counter: PromptCounter
+    tokenizer_ref: PluginRef
+    caller: ModelCaller | None  # None only where no model is called (a kit without a model)
+    log: EventLog
+    run_dir: Path  # where the main process keeps saved retrievals (never given to a plugin)
+    scratch_dir: Path  # the plugins' own files (in-process strategies only; workers have their own)
+    strategies: StrategyRefs
+    evidence: Mapping[str, Sequence[Any]]  # item id -> its evidence marks (intake)
+    tally: Tally | None
+
+    def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:
+        s = self.settings
+        return CellKey(s.task, strategy, budget, repeat, item.id, item.category, s.run_key, s.tokenizer)
+
+    def cell(self, strategy: str, item: Item, budget: int, repeat: int) -> CellLog:
+        return CellLog(self.log, self.cell_key(strategy, item, budget, repeat), self.tally)
+
+
+@dataclass(frozen=True)
+class CellServices(PromptServices):
+    """Counter, callers, log, strategies, task and grader of a run, as cells use them."""
+
+    caller: ModelCaller
+    strategies: StrategyPool
+    tally: Tally
     task: Task
     task_ref: PluginRef
     grader: Grader
     grader_name: str
     grader_ref: PluginRef
     hidden_metadata: Any  # grading-only metadata keys, withheld from every strategy's view
-    counter: PromptCounter
-    tokenizer_ref: PluginRef
     backend_name: str
-    caller: ModelCaller
     judge_caller: ModelCaller
-    log: EventLog
-    run_dir: Path  # where the main process keeps saved retrievals (never given to a plugin)
-    scratch_dir: Path  # the plugins' own files (in-process strategies only; workers have their own)
-    strategies: StrategyPool
-    evidence: Mapping[str, Sequence[Any]]  # item id -> its evidence marks (intake)
-    tally: Tally
     stop: threading.Event
     on_turn: Callable[[dict[str, Any]], None] | None = None  # each finished episode turn, for the display
 
@@ -119,13 +146,6 @@ class CellServices:
                 0.0 if outcome.cached else (completion.latency_s or 0.0),
             )
         return outcome.completion.text
-
-    def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:
-        s = self.settings
-        return CellKey(s.task, strategy, budget, repeat, item.id, item.category, s.run_key, s.tokenizer)
-
-    def cell(self, strategy: str, item: Item, budget: int, repeat: int) -> CellLog:
-        return CellLog(self.log, self.cell_key(strategy, item, budget, repeat), self.tally)
 
     @classmethod
     def assemble(

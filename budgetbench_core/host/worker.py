@@ -182,7 +182,7 @@ class Host:
 
     def apply(self, frame: dict[str, Any]) -> dict[str, Any]:
         from ..memory_systems import MemorySystemStrategy
-        from ..sandbox import PrivateView, PromptError, canonical_prompt, json_safe_or_empty
+        from ..sandbox import HISTORY_MUTATED, PrivateView, PromptError, canonical_prompt, json_safe_or_empty
         from ..strategies import StrategyContext
 
         new_item = frame.get("view") is not None
@@ -223,7 +223,7 @@ class Host:
         returned = strategy.apply(view.history, context.budget, context)
         prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
         if not self.view.intact():  # the contract holds in a worker too, though no harness object is reachable
-            raise PromptError("the strategy mutated the history it was given")
+            raise PromptError(HISTORY_MUTATED)
         return {
             "prompt": [m.to_dict() for m in prompt],
             "audit": json_safe_or_empty(context.audit),

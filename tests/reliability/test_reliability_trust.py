@@ -38,9 +38,9 @@ from budgetbench_core import (
 )
 from budgetbench_core import conformance as kit_module
 from budgetbench_core import events as event_records
-from budgetbench_core import gate as gate_module
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.cache import CacheError
+from budgetbench_core.engine import pipeline
 from budgetbench_core.memory_systems import MemorySystemStrategy
 from budgetbench_core.plugins import PluginInfo, load_registry
 from budgetbench_core.runlog import cell_files, final_rows, iter_events, read_events, safe_name
@@ -1071,8 +1071,8 @@ def test_an_unreadable_cache_file_is_a_clear_error(tmp_path, registry):
 
 
 def test_the_kit_uses_the_runners_gate_and_validation(tmp_path, registry):
-    """A prompt the kit passes is one the runner admits: both count the canonical prompt."""
-    assert kit_module.gate is gate_module.gate and kit_module.validate_prompt is sandbox.validate_prompt
+    """A prompt the kit passes is one the runner admits: the kit runs the engine's own step."""
+    assert kit_module.build_prompt is pipeline.build_prompt
     counter = PromptCounter(TiktokenTokenizer("cl100k_base"))
     kit = kit_module.ConformanceKit(counter, budgets=(256,))
     results = {r.check: r for r in kit.run_checks(ToChatLies)}
