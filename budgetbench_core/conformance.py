@@ -33,11 +33,13 @@ this module imports neither the CLI nor ``testing``, so ``check-plugin`` uses it
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,10 @@ from .backends import Backend
 from .cache import ResponseCache
 from .engine.pipeline import build_prompt, strategy_context
 from .engine.services import CellSettings, PromptServices
+from .engine.units import reset_for_item
+from .host.metering import Metering
+from .host.pool import PluginHost, PluginHostError, Source, strategy_source
+from .host.remote import RemoteStrategy
 from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
 from .model_calls import ModelCaller
@@ -205,24 +211,60 @@ class _Cell:
         return self.ended("error") and HISTORY_MUTATED in str(self.end and self.end.get("cause"))
 
 
-class _KitStrategies:
-    """The pool of a kit pass: one plugin, one instance at a time; a timed-out instance is
-    dropped and the next cell gets a fresh one, as in a run."""
+class KitError(ValueError):
+    """The kit cannot run the plugin as given (e.g. a factory a worker process cannot create)."""
 
-    def __init__(self, factory: Factory, as_strategy: Callable[[Any], MemoryStrategy]) -> None:
+
+def _worker_source(factory: Factory) -> tuple[str, dict[str, Any], Source]:
+    """What a worker needs to create ``factory``'s plugin: its name, parameters and where to
+    import its class from. Only a class, or a ``functools.partial`` of one with keyword
+    arguments, can cross a process boundary."""
+    cls, params = factory, {}
+    if isinstance(factory, functools.partial) and not factory.args:
+        cls, params = factory.func, dict(factory.keywords)
+    if not isinstance(cls, type):
+        raise KitError(
+            f"{factory!r} is not a class or a functools.partial of one with keyword arguments: a worker "
+            f"process cannot create it; give the class (or isolation='none' while debugging)"
+        )
+    top = cls.__module__.split(".")[0]
+    found = metadata.packages_distributions().get(top) or []
+    distribution = found[0] if found else "unregistered"
+    version = metadata.version(distribution) if found else "0"
+    return str(getattr(cls, "name", cls.__name__)), params, strategy_source(cls, distribution, version)
+
+
+class _KitStrategies:
+    """The pool of a kit pass: one plugin, one instance at a time, in a confined worker of the
+    plugin host as in a run (or in this process with ``isolation='none'``); a timed-out
+    instance is dropped (its worker killed) and the next cell gets a fresh one."""
+
+    def __init__(self, factory: Factory, as_strategy: Callable[[Any], MemoryStrategy], host: PluginHost | None) -> None:
         self.factory = factory
         self.as_strategy = as_strategy
+        self.host = host
         self.instance: MemoryStrategy | None = None
 
-    def get(self) -> MemoryStrategy:
+    def get(self, name: str = "") -> MemoryStrategy:
+        if isinstance(self.instance, RemoteStrategy) and not self.instance.worker.alive():
+            self.discard()  # it exited or was killed: a new one, as the run's host does
         if self.instance is None:
-            self.instance = self.as_strategy(self.factory())
+            if self.host is None:
+                self.instance = self.as_strategy(self.factory())
+            else:
+                name, params, source = _worker_source(self.factory)
+                try:
+                    self.instance = self.host.new_strategy(name, params, 0.0, source)
+                except PluginHostError as exc:
+                    raise KitError(f"the plugin could not be created in a worker: {exc}") from None
         return self.instance
 
     def ref(self, name: str) -> PluginRef:
         return PluginRef("strategy", name)
 
-    def discard(self, name: str) -> None:
+    def discard(self, name: str = "") -> None:
+        if isinstance(self.instance, RemoteStrategy):
+            self.instance.close()
         self.instance = None
 
 
@@ -237,7 +279,10 @@ class ConformanceKit:
     through the engine's own ``build_prompt`` (the step a run takes: contained, canonical,
     validated, counted, audited into a run record) and the checks read that record back.
     ``model`` is the engine's ``ModelCaller`` for auxiliary calls (``open_kit`` builds one
-    with a response cache, so repeated passes ask the model once per prompt).
+    with a response cache, so repeated passes ask the model once per prompt). With
+    ``isolation='process'`` (the default, as in a run) the plugin's passes run in a confined
+    worker of the plugin host, its own SDK's model calls through a metering gateway; the
+    ``declared`` and ``ingest-failures`` checks inspect an instance in this process.
     """
 
     def __init__(
@@ -247,7 +292,11 @@ class ConformanceKit:
         budgets: Sequence[int] = STANDARD_BUDGETS,
         items: Sequence[Item] | None = None,
         seed: int = 0,
+        isolation: str = "process",
     ) -> None:
+        if isolation not in ("process", "none"):
+            raise KitError(f"isolation must be 'process' or 'none', not {isolation!r}")
+        self.isolation = isolation
         self.counter = counter
         self.model = model
         self.budgets = tuple(budgets)
@@ -306,21 +355,46 @@ class ConformanceKit:
     def _pass(self, factory: Factory, items: Sequence[Item]) -> dict[tuple[str, int], _Cell]:
         """One fresh instance over ``items`` (reset before each), every budget, through the
         engine's ``build_prompt`` into a run record of its own; the cells as that record says."""
-        strategies = _KitStrategies(factory, self._as_strategy)
-        name = str(getattr(strategies.get(), "name", "?"))
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
-            services = self._services(Path(run_dir), strategies)
-            for item in items:
-                strategies.get().reset()
-                view = PrivateView(item)  # what the runner gives a strategy: no grading key, checked after each call
-                for budget in self.budgets:
-                    cell = services.cell(name, item, budget, 0)
-                    deadline = Deadline(KIT_TIMEOUT_S)
-                    context = strategy_context(services, cell, view, budget, 0, deadline)
-                    build_prompt(services, cell, strategies.get(), item, view, budget, context, deadline)
-                    cell.close()
-            services.log.close()
-            return self._cells(iter_events(services.run_dir))
+            host, metering = self._host(Path(run_dir))
+            strategies = _KitStrategies(factory, self._as_strategy, host)
+            try:
+                name = str(getattr(strategies.get(), "name", "?"))
+                services = self._services(Path(run_dir), strategies)
+                for item in items:
+                    if reset_for_item(services, name, item, [(budget, 0) for budget in self.budgets]) is None:
+                        continue
+                    view = PrivateView(
+                        item
+                    )  # what the runner gives a strategy: no grading key, checked after each call
+                    for budget in self.budgets:
+                        cell = services.cell(name, item, budget, 0)
+                        deadline = Deadline(KIT_TIMEOUT_S)
+                        context = strategy_context(services, cell, view, budget, 0, deadline)
+                        build_prompt(services, cell, strategies.get(), item, view, budget, context, deadline)
+                        cell.close()
+                services.log.close()
+                return self._cells(iter_events(services.run_dir))
+            finally:
+                strategies.discard()
+                if host is not None:
+                    host.close()
+                if metering is not None:
+                    metering.stop()
+
+    def _host(self, run_dir: Path) -> tuple[PluginHost | None, Metering | None]:
+        """The plugin host of one pass (none with ``isolation='none'``), with a metering gateway
+        for the plugin's own SDK when the kit has a model; the pass's run record is guarded."""
+        if self.isolation == "none":
+            return None, None
+        host = PluginHost(self.counter.info.to_dict(), run_dir / "workers")
+        host.guarded = [run_dir / "run"]
+        metering = None
+        if self.model is not None:
+            metering = Metering(self.model, self.counter, self.seed)
+            metering.start()
+            host.meter_with(metering)
+        return host, metering
 
     @staticmethod
     def _cells(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], _Cell]:
@@ -437,7 +511,7 @@ class ConformanceKit:
         given[1] = unreadable_session(bad)
         budget = max(self.budgets)
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-") as run_dir:
-            services = self._services(Path(run_dir), _KitStrategies(lambda: system, self._as_strategy))
+            services = self._services(Path(run_dir), _KitStrategies(lambda: system, self._as_strategy, None))
             cell = services.cell(str(system.name), full, budget, 0)
             context = strategy_context(services, cell, view, budget, 0, Deadline(KIT_TIMEOUT_S))
             system.reset()
@@ -540,6 +614,7 @@ def open_kit(
     budgets: Sequence[int] = STANDARD_BUDGETS,
     seed: int = 0,
     timeout_s: float = 600.0,
+    isolation: str = "process",
 ) -> Iterator[ConformanceKit]:
     """A kit on a started backend: ``model`` as in ``budgetbench run`` (default the embedded
     model), ``tokenizer`` a spec (default the backend's exact tokenizer). The generous
@@ -561,7 +636,7 @@ def open_kit(
             cache = ResponseCache(Path(cache_dir) / "cache.sqlite")
             try:
                 caller = ModelCaller(backend, cache, 1, timeout_s=timeout_s, plugin=PluginRef("backend", model))
-                yield ConformanceKit(counter, caller, budgets=budgets, seed=seed)
+                yield ConformanceKit(counter, caller, budgets=budgets, seed=seed, isolation=isolation)
             finally:
                 cache.close()
     finally:

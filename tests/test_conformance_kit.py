@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import random
 import time
 
@@ -20,7 +21,7 @@ from budgetbench_core import (
 )
 from budgetbench_core.builtin import strategies as builtin
 from budgetbench_core.plugin_commands import check_plugin
-from budgetbench_core.testing import ConformanceKit, open_kit, standard_items
+from budgetbench_core.testing import ConformanceKit, KitError, open_kit, standard_items
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +279,8 @@ def test_the_kit_shows_a_strategy_the_view_a_run_shows(kit):
     from budgetbench_core.testing import strategy_context
 
     Peeks.seen.clear()
-    kit.run_checks(Peeks)
+    in_process = ConformanceKit(kit.counter, kit.model, isolation="none")  # Peeks.seen lives in this process
+    in_process.run_checks(Peeks)
     assert Peeks.seen and all(
         answer is None and category is None and meta == {} for answer, category, meta, _ in Peeks.seen
     )
@@ -293,3 +295,25 @@ def test_the_kit_shows_a_strategy_the_view_a_run_shows(kit):
     context = strategy_context(marked, 512, kit.counter, ".")
     assert context.item.answer is None and context.item.category is None and dict(context.item.metadata) == {}
     assert dict(context.item.history[0].metadata) == {"session_id": "a"}
+
+
+class ExitsInApply(Base):
+    """Ends its own process in ``apply``: in a run's worker that is an error row, not a dead run."""
+
+    name = "exits-in-apply"
+
+    def apply(self, history, budget, context):
+        os._exit(3)
+
+
+def test_the_kit_runs_the_plugin_in_a_worker_as_a_run_does(kit):
+    results = {r.check: r for r in kit.run_checks(ExitsInApply)}
+    assert results["declared"].status == "pass"  # inspected here; apply ran in a worker of the host
+    assert results["valid-output"].status == "fail"
+    assert "exits-in-apply" in results["valid-output"].detail and "exit" in results["valid-output"].detail
+    print(results["valid-output"].detail)
+
+
+def test_a_factory_a_worker_cannot_create_is_refused_by_name(kit):
+    with pytest.raises(KitError, match="not a class"):
+        kit.run_checks(lambda: builtin.Truncation())

@@ -21,6 +21,7 @@ from ..model_calls import ModelCaller
 from ..run_config import RunConfig
 from ..runlog import EventLog
 from ..sandbox import PluginRef, canonical_prompt
+from ..strategies import MemoryStrategy
 from ..tasks import Task
 from ..tokenizers import PromptCounter
 from .run_plugins import JUDGE_CONTEXT, RunPlugins
@@ -70,8 +71,11 @@ Tally = Callable[[str, dict[str, Any] | None], None]
 
 
 class StrategyRefs(Protocol):
-    """What a cell's prompt step needs of the run's strategies: their blame, and dropping an
-    instance that timed out (``StrategyPool``; the conformance kit's one-strategy pool)."""
+    """What a cell's prompt step needs of the run's strategies: the calling thread's instance,
+    its blame, and dropping an instance that timed out (``StrategyPool``; the conformance
+    kit's one-strategy pool)."""
+
+    def get(self, name: str) -> MemoryStrategy: ...
 
     def ref(self, name: str) -> PluginRef: ...
 

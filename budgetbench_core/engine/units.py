@@ -8,17 +8,18 @@ each is gated, nothing is sent).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..episodes import EpisodicTask
 from ..events import Error
 from ..executors import Unit
 from ..host.remote import RemoteStrategy
+from ..messages import Item
 from ..sandbox import Deadline, PluginFailure, PluginRef, PrivateView, contained, describe_exception
-from ..strategies import resets_nothing
+from ..strategies import MemoryStrategy, resets_nothing
 from .episode_loop import run_episode
 from .pipeline import run_cell
-from .services import CellServices
+from .services import CellServices, PromptServices
 
 
 def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], None]) -> None:
@@ -26,21 +27,8 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
     if not unit.todo:
         return
     item, view = unit.item, PrivateView(unit.item, services.hidden_metadata)
-    strategy = services.strategies.get(unit.strategy)
-    timeout_s = services.settings.item_timeout_s
-    try:
-        no_op = strategy.resets_nothing() if isinstance(strategy, RemoteStrategy) else resets_nothing(strategy)
-        if not no_op:  # the base class's no-op needs no call
-            contained("reset", services.strategies.ref(unit.strategy), strategy.reset, Deadline(timeout_s))
-    except PluginFailure as failure:
-        services.strategies.discard(unit.strategy)
-        cause = describe_exception(failure.original) if failure.original else failure.cause
-        for budget, repeat in unit.todo:
-            services.cell(unit.strategy, item, budget, repeat).fail(
-                "reset",
-                PluginRef("strategy", unit.strategy, failure.plugin.distribution),
-                f"strategy {unit.strategy!r} reset failed before item {item.id!r}: {cause}",
-            )
+    if reset_for_item(services, unit.strategy, item, unit.todo) is None:
+        for _ in unit.todo:
             progress(unit.strategy, 1)
         return
     episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
@@ -52,6 +40,31 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
         else:
             run_cell(services, unit.strategy, item, view, budget, repeat)
         progress(unit.strategy, 1)
+
+
+def reset_for_item(
+    services: PromptServices, name: str, item: Item, todo: Sequence[tuple[int, int]]
+) -> MemoryStrategy | None:
+    """The strategy ``name``, reset before ``item`` (contained, with a deadline); None after a
+    failed reset, when every cell of ``todo`` (``(budget, repeat)``) has its error row."""
+    strategy = services.strategies.get(name)
+    try:
+        no_op = strategy.resets_nothing() if isinstance(strategy, RemoteStrategy) else resets_nothing(strategy)
+        if not no_op:  # the base class's no-op needs no call
+            contained(
+                "reset", services.strategies.ref(name), strategy.reset, Deadline(services.settings.item_timeout_s)
+            )
+    except PluginFailure as failure:
+        services.strategies.discard(name)
+        cause = describe_exception(failure.original) if failure.original else failure.cause
+        for budget, repeat in todo:
+            services.cell(name, item, budget, repeat).fail(
+                "reset",
+                PluginRef("strategy", name, failure.plugin.distribution),
+                f"strategy {name!r} reset failed before item {item.id!r}: {cause}",
+            )
+        return None
+    return strategy
 
 
 def lost(services: CellServices, unit: Unit, cause: str) -> None:
