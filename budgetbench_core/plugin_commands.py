@@ -150,8 +150,15 @@ def strategies_of(name: str) -> list[str]:
 @click.option("--api-base", default=None, help="Server address for openai/<name> models.")
 @click.option("--tokenizer", default=None, help="Tokenizer spec (default: the model's exact tokenizer).")
 @click.option("--budgets", "-b", default="256 512 1024", show_default=True, help="Budgets to check, in tokens.")
+@click.option(
+    "--isolation",
+    type=click.Choice(["process", "none"]),
+    default="process",
+    show_default=True,
+    help="Run the plugin in a confined worker process, as a run does; 'none' (in this process) is for debugging.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def check_plugin(name, model, api_base, tokenizer, budgets, as_json):
+def check_plugin(name, model, api_base, tokenizer, budgets, isolation, as_json):
     """Run the conformance kit on a strategy or memory system (or every one a plugin registers).
 
     Exits 1 when any check fails.
@@ -162,7 +169,9 @@ def check_plugin(name, model, api_base, tokenizer, budgets, as_json):
     names = strategies_of(name)
     registry = get_registry()
     results: dict[str, list] = {}
-    with open_kit(model=model, tokenizer=tokenizer, api_base=api_base, budgets=parse_budgets(budgets)) as kit:
+    with open_kit(
+        model=model, tokenizer=tokenizer, api_base=api_base, budgets=parse_budgets(budgets), isolation=isolation
+    ) as kit:
         for strategy in names:
             results[strategy] = kit.run_checks(registry.get("strategy", strategy).obj)
     if as_json:

@@ -255,6 +255,12 @@ def test_check_plugin_command_prints_the_table():
     assert "conformance: recency" in result.output and "PASS" in result.output and "FAIL" not in result.output
 
 
+def test_check_plugin_in_process_when_asked():
+    result = CliRunner().invoke(check_plugin, ["truncation", "--isolation", "none", "--json", "-b", "256"])
+    assert result.exit_code == 0, result.output
+    assert '"check": "no-mutation"' in result.output and '"fail"' not in result.output
+
+
 def test_check_plugin_unknown_name_lists_strategies():
     result = CliRunner().invoke(check_plugin, ["no-such-strategy"])
     assert result.exit_code != 0
