@@ -3,14 +3,14 @@ the names, before a run builds anything: ``checkpoint.tail_share=5`` never reach
 
 from __future__ import annotations
 
-import time
+import subprocess
+import sys
 
 import pytest
 
 from budgetbench_core.builtin.strategies import Checkpoint
 from budgetbench_core.params import Param, ParameterError, check_run
 from budgetbench_core.plugins import get_registry
-from budgetbench_core.testing import invoke_cli
 
 
 def check(value):
@@ -34,19 +34,28 @@ def test_checkpoint_built_directly_refuses_it_too():
     assert Checkpoint(tail_share=0.5).describe()["params"] == {"tail_share": 0.5}
 
 
-def test_the_run_command_refuses_it_before_anything_starts(tmp_path):
+# `budgetbench run` in a child process, which then says whether llama.cpp was ever imported: the
+# embedded model (the default --model local) starts only after xllamacpp is imported.
+RUN_THEN_TELL = (
+    "import sys\nsys.argv = ['budgetbench', *sys.argv[1:]]\n"
+    "from budgetbench_core.cli import main\n"
+    "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code, file=sys.stderr)\n"
+    "print('xllamacpp imported:', 'xllamacpp' in sys.modules, file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("5", "got 5"), ("abc", "got 'abc' (str)")])
+def test_the_run_command_refuses_it_before_the_model_starts(tmp_path, value, shown):
+    """Out of range or wrongly typed: exit 2 before the embedded model is even imported."""
     out = tmp_path / "run"
-    started = time.monotonic()
-    result = invoke_cli(
-        "run", "-t", "synthetic-memory", "-s", "checkpoint", "-b", "512", "-n", "1",
-        "--strategy-param", "checkpoint.tail_share=5", "-o", str(out), "--no-report",
-    )  # fmt: skip
-    elapsed = time.monotonic() - started
-    assert result.exit_code == 2, result.output
-    assert "strategy 'checkpoint': parameter tail_share must be a number from 0 to 1, got 5" in result.output
-    assert "--strategy-param checkpoint.tail_share=VALUE" in result.output
+    args = ["run", "-t", "synthetic-memory", "-s", "checkpoint", "-b", "512", "-n", "1", "--no-report"]
+    args += ["--strategy-param", f"checkpoint.tail_share={value}", "-o", str(out)]
+    done = subprocess.run([sys.executable, "-c", RUN_THEN_TELL, *args], capture_output=True, text=True, timeout=600)
+    assert "exit 2" in done.stderr, done.stderr
+    assert f"strategy 'checkpoint': parameter tail_share must be a number from 0 to 1, {shown}" in done.stderr
+    assert "--strategy-param checkpoint.tail_share=VALUE" in done.stderr
+    assert "xllamacpp imported: False" in done.stderr, done.stderr
     assert not out.exists() or not any(out.iterdir()), "nothing written: no model, no cell"
-    assert elapsed < 30, f"refused after {elapsed:.1f} s: something started first"
 
 
 def test_param_problem_reads_type_and_bounds():
