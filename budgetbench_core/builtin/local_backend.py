@@ -72,8 +72,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def context_option(model: str) -> tuple[str, int | None]:
+    """``local@16384`` -> (``local``, 16384): the model string without its context option."""
+    head, at, tail = model.rpartition("@")
+    return (head, int(tail)) if at and tail.isdigit() else (model, None)
+
+
 class LocalBackend(LiteLLMBackend):
-    """``--model local`` (SmolLM2-135M) or ``--model local:/path/to/model.gguf``."""
+    """``--model local`` (SmolLM2-135M) or ``--model local:/path/to/model.gguf``; either with
+    ``@<tokens>`` (``local@16384``) serves that context per slot: past the model's trained
+    context, llama.cpp is given YaRN RoPE scaling by the factor between the two (its server
+    caps a slot at the trained context otherwise)."""
 
     name = "local"
     counts_on_own_server = True  # the ``server`` tokenizer is the embedded server's, started with the run
@@ -92,20 +101,23 @@ class LocalBackend(LiteLLMBackend):
         stall_s: float | None = None,
         **options: Any,
     ) -> None:
-        _, _, path = model.partition(":")
+        spec, extended = context_option(model)
+        _, _, path = spec.partition(":")
         self.model_path = Path(path) if path else default_model_path()
         self.slots = max(1, min(MAX_SLOTS, max_concurrency))
         self.threads = threads or GENERATION_THREADS
         self.batch_threads = batch_threads or max(1, os.cpu_count() or 1)
         self.omp_wait_policy = omp_wait_policy
         self.openmp_settings: dict[str, str | bool | None] = {}
-        self.model_context = MODEL_CONTEXT
-        self.context_per_slot = max(MODEL_CONTEXT, max_context or 0)
-        if max_context and max_context > MODEL_CONTEXT + OUTPUT_ROOM:
+        if extended is not None and extended <= MODEL_CONTEXT:
+            raise ValueError(f"{model}: a context option must be larger than the model's trained {MODEL_CONTEXT}")
+        self.model_context = extended or MODEL_CONTEXT
+        self.context_per_slot = max(self.model_context, max_context or 0)
+        if max_context and max_context > self.model_context + OUTPUT_ROOM:
             raise ValueError(
-                f"the local model {self.model_path.name} has a {MODEL_CONTEXT}-token context; "
+                f"the local model {self.model_path.name} has a {self.model_context}-token context; "
                 f"a budget plus output of {max_context} tokens does not fit. Use --budgets of at most "
-                f"{MODEL_CONTEXT}, or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b "
+                f"{self.model_context}, or a larger model (e.g. --model ollama_chat/qwen2.5:1.5b "
                 f"--tokenizer hf:Qwen/Qwen2.5-1.5B-Instruct)."
             )
         super().__init__("openai/local-model", api_base=None, timeout_s=timeout_s, max_context=max_context, **options)
@@ -133,6 +145,10 @@ class LocalBackend(LiteLLMBackend):
         params.port = _free_port()
         params.verbosity = -1
         params.cache_prompt = self.server_prompt_cache  # the server's default too; requests also say so
+        if self.model_context > MODEL_CONTEXT:  # YaRN: llama.cpp then sizes a slot past the trained context
+            params.rope_scaling_type = xllamacpp.llama_rope_scaling_type.LLAMA_ROPE_SCALING_TYPE_YARN
+            params.rope_freq_scale = MODEL_CONTEXT / self.model_context
+            params.yarn_orig_ctx = MODEL_CONTEXT
         self._server = xllamacpp.Server(params)
         self.server_url = f"http://127.0.0.1:{params.port}"
         self.api_base = self.server_url + "/v1"
@@ -226,7 +242,8 @@ class LocalBackend(LiteLLMBackend):
 
     def cache_identity(self) -> tuple[str, str | None]:
         """The model file, not the server's address: the port is new on every start."""
-        return f"local:{self.model_path}:{self.model_path.stat().st_size}", None
+        scaled = f"@{self.model_context}" if self.model_context > MODEL_CONTEXT else ""  # RoPE changes replies
+        return f"local:{self.model_path}:{self.model_path.stat().st_size}{scaled}", None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -237,6 +254,11 @@ class LocalBackend(LiteLLMBackend):
             "model_file_bytes": self.model_path.stat().st_size,
             "slots": self.slots,
             "context_per_slot": self.context_per_slot,
+            **(
+                {"rope_scaling": {"type": "yarn", "trained_context": MODEL_CONTEXT, "context": self.model_context}}
+                if self.model_context > MODEL_CONTEXT
+                else {}
+            ),
             "served_as": self.model,
             "threads": {"generation": self.threads, "batch": self.batch_threads},
             "step_tokens": STEP_TOKENS,
@@ -320,5 +342,6 @@ def register_backends(register):
 
 @hookimpl
 def resolve_backend(model):
-    """``local`` and ``local:<gguf>`` run the embedded server."""
-    return "local" if model == "local" or model.startswith("local:") else None
+    """``local`` and ``local:<gguf>`` (each with an optional ``@<context>``) run the embedded server."""
+    spec, _ = context_option(model)
+    return "local" if spec == "local" or spec.startswith("local:") else None
