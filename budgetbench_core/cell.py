@@ -31,7 +31,9 @@ class CellClosed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class CellKey:
+class CellStamp:
+    """What every row of one cell carries: its ``events.CellKey`` fields and the run's stamps."""
+
     task: str
     strategy: str
     budget: int
@@ -49,7 +51,7 @@ class CellLog:
     """The events of one cell, in order, ending with exactly one terminal row."""
 
     def __init__(
-        self, log: EventLog, key: CellKey, on_terminal: Callable[[str, dict[str, Any]], None] | None = None
+        self, log: EventLog, key: CellStamp, on_terminal: Callable[[str, dict[str, Any]], None] | None = None
     ) -> None:
         self.log = log
         self.key = key

@@ -28,7 +28,7 @@ from .progress import DISPLAYS, Display, choose_display, outcome, print_outcome
 from .report.cli import compare_command, gate_command, plan_command, report_command
 from .report.judge_audit import judge_audit_command
 from .run_config import Setting, settings
-from .runlog import RunLogError, final_rows, read_manifest
+from .runlog import RunLogError, final_rows, load_manifest
 from .runner import RunConfig, RunConfigError, refuse_credentials_in_urls, run
 from .tasks import TaskDataError
 
@@ -67,8 +67,8 @@ def execute(config: RunConfig, write_report: bool = True, display: str = "auto")
         highlight=False,
         soft_wrap=True,
     )
-    manifest = read_manifest(summary.run_dir) or {}
-    binary = bool((manifest.get("grader") or {}).get("binary", True))
+    manifest = load_manifest(summary.run_dir)  # this run wrote it: of this schema
+    binary = bool(((manifest.grader if manifest else None) or {}).get("binary", True))
     rows = [
         r
         for r in final_rows(summary.run_dir).values()

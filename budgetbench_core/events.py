@@ -7,12 +7,32 @@ produces docs/events.md; a test fails when the page and the classes disagree.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 SCHEMA_VERSION = "3"
 TERMINAL_EVENTS = ("result", "violation", "error", "admitted")
 FINAL_EVENTS = ("result", "violation")  # a resumed full run keeps these; a prompts-only run also keeps `admitted`
+
+
+class SchemaError(ValueError):
+    """A row or run these classes cannot read; the message names the file (and line)."""
+
+
+class CellKey(NamedTuple):
+    """A cell's identity in a run: the rows of one key are the attempts of one cell."""
+
+    task: str
+    strategy: str
+    budget: int
+    repeat: int
+    item_id: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> CellKey:
+        """The key of a row read as JSON."""
+        return cls(row["task"], row["strategy"], int(row["budget"]), int(row["repeat"]), str(row["item_id"]))
 
 
 def doc(text: str, default: Any = MISSING, factory: Any = MISSING) -> Any:
@@ -29,6 +49,7 @@ class CellEvent:
     """Fields every cell event carries."""
 
     EVENT: ClassVar[str] = ""
+    time: str | None = doc("UTC ISO timestamp when the row was written (set by the log)", None)
     task: str = doc("task name")
     strategy: str = doc("strategy (or memory system) name")
     budget: int = doc("the cell's budget: input tokens one call may present")
@@ -41,11 +62,22 @@ class CellEvent:
     )
     tokenizer: dict[str, Any] | None = doc("`{id, backend, exact}` of the tokenizer that counted", None)
 
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.task, self.strategy, self.budget, self.repeat, self.item_id)
+
     def row(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"event": self.EVENT}
-        for item in fields(self):
-            out[item.name] = getattr(self, item.name)
-        return out
+        return _row(self)
+
+
+def _row(event: Any) -> dict[str, Any]:
+    """The JSON object of ``event``, its fields in class order (``time`` only when set: the log sets it)."""
+    out: dict[str, Any] = {"event": event.EVENT}
+    for item in fields(event):
+        value = getattr(event, item.name)
+        if value is not None or item.name != "time":
+            out[item.name] = value
+    return out
 
 
 EVIDENCE_DOC = (
@@ -150,6 +182,15 @@ class Terminal(CellEvent):
         factory=dict,
     )
     evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)
+
+    def __post_init__(self) -> None:
+        self.episode: dict[str, Any] | None = None  # an episodic task's rows only (EpisodeSummary): no field
+
+    def row(self) -> dict[str, Any]:
+        out = _row(self)
+        if self.episode is not None:
+            out["episode"] = self.episode
+        return out
 
 
 @dataclass(kw_only=True)
@@ -270,6 +311,7 @@ class ItemRecord:
     item and the parts that changed: the data changed under the same run identity."""
 
     EVENT: ClassVar[str] = "item"
+    time: str | None = doc("UTC ISO timestamp when the row was written (set by the log)", None)
     item_id: str = doc("the item's id")
     run_key: str = doc("the run_key the item was used under")
     digest: str = doc(
@@ -279,7 +321,7 @@ class ItemRecord:
     parts: dict[str, str] = doc("16 hex digits of the sha256 of each of those fields, to name what changed")
 
     def row(self) -> dict[str, Any]:
-        return {"event": self.EVENT, **{item.name: getattr(self, item.name) for item in fields(self)}}
+        return _row(self)
 
 
 @dataclass(kw_only=True)
@@ -309,6 +351,81 @@ class EpisodeSummary:
 
 CELL_EVENTS = (PromptAudit, AuxCall, MeteredCall, Warning, Result, Violation, Admitted, Error)
 ALL_EVENTS = (*CELL_EVENTS, RefusedCall, EpisodeTurn, ItemRecord)
+Event = CellEvent | ItemRecord
+_CLASSES: dict[str, type[Event]] = {cls.EVENT: cls for cls in ALL_EVENTS}
+
+
+def from_row(row: Any, where: str) -> Event:
+    """The event a JSON row records, as its class; ``where`` (file and line) names it in the
+    error for a row these classes do not describe: an unknown kind, an unknown or missing field."""
+    if type(row) is not dict:
+        raise SchemaError(f"{where}: a row is a JSON object, got {type(row).__name__}")
+    kind = row.get("event")
+    cls = _CLASSES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        known = ", ".join(sorted(_CLASSES))
+        raise SchemaError(f"{where}: unknown event kind {kind!r} (schema_version {SCHEMA_VERSION} has {known})")
+    given = {name: value for name, value in row.items() if name != "event"}
+    episode = given.pop("episode", None) if issubclass(cls, Terminal) else None
+    if episode is not None and (type(episode) is not dict or set(episode) - {f.name for f in fields(EpisodeSummary)}):
+        raise SchemaError(f"{where}: {kind} row has an `episode` that is not an episode summary")
+    names = {item.name for item in fields(cls)}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise SchemaError(f"{where}: {kind} row has field(s) {unknown} that schema_version {SCHEMA_VERSION} lacks")
+    missing = sorted(
+        item.name
+        for item in fields(cls)
+        if item.name not in given and item.default is MISSING and item.default_factory is MISSING
+    )
+    if missing:
+        raise SchemaError(f"{where}: {kind} row lacks its field(s) {missing}")
+    event = cls(**given)
+    if isinstance(event, Terminal):
+        event.episode = episode
+    return event
+
+
+# -------------------------------------------------------------- older schema versions
+
+
+def _unchanged(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+# How a row of an older schema_version becomes a row of the next one: ``version -> (next, step)``.
+# Version 3 added only the per-line `chain` (dropped on reading), `integrity.json` and `items.jsonl`,
+# so a version 2 row is a version 3 row. Version 1 rows have no `run_key`, which no step can invent.
+MIGRATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "2": ("3", _unchanged),
+}
+
+
+def migration(version: Any, where: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What turns a row of a run of ``version`` into a row of this schema; a run of a version
+    these classes cannot read (unknown, too old, or newer) is refused, naming ``where``."""
+    steps: list[Callable[[dict[str, Any]], dict[str, Any]]] = []
+    at = str(version)
+    while at != SCHEMA_VERSION:
+        if at not in MIGRATIONS:
+            newer = at.isdigit() and int(at) > int(SCHEMA_VERSION)
+            raise SchemaError(
+                f"{where}: schema_version {version!r} "
+                + (
+                    f"is newer than this budgetbench reads ({SCHEMA_VERSION}): upgrade budgetbench to read it"
+                    if newer
+                    else f"cannot be read (this budgetbench reads {', '.join([*MIGRATIONS, SCHEMA_VERSION])})"
+                )
+            )
+        at, step = MIGRATIONS[at]
+        steps.append(step)
+
+    def upgrade(row: dict[str, Any]) -> dict[str, Any]:
+        for step in steps:
+            row = step(row)
+        return row
+
+    return upgrade
 
 
 # ----------------------------------------------------------------- docs/events.md
@@ -345,18 +462,12 @@ every line, `integrity.json` and `items.jsonl`.
 
 ## Manifest
 
-`schema_version`, `run_key`, `identity` (the fields the key is made of), `config` (every run
-option; no secrets), `started`, `versions` (core, Python and every loaded plugin distribution),
-`plugins_used` (`kind:name` -> distribution and version), `plugin_failures`, `task` (the task's
-own notes), `data_files` (path -> sha256 of every file the task read), `grader`, `strategies`,
-`model`, `judge`, `tokenizer`, `git_commit`, `host`, `invocations` (`started`, `finished`,
-`calls_made`; a process killed with -9 leaves `finished: null`) and `calls_made`;
-`selected_items` (task -> `ids`, every item id of the selection in load order, and `complete`,
-false when the invocation stopped before the task was read to its end), written at the end of
-an invocation. `config.executor`, `config.executor_options` and `config.shard` say how units
-were scheduled (never part of `run_key`); a directory made by `budgetbench merge` also has
-`shards` (`count`, `merged`, `missing`) and `merged` (when, and each input's path, shards, host,
-git commit, start and `calls_made`).
+Every field of `manifest.json` is on [its own page](manifest.md), generated from
+`budgetbench_core/run_manifest.py`. Its `schema_version` says how the rows are read: a run of an
+older version is migrated row by row (`events.MIGRATIONS`), one of a newer or unknown version is
+refused, and so is a row of an unknown kind or with an unknown field (naming the file and line).
+
+## Secrets
 
 Secrets are redacted before anything is truncated and before anything reaches disk (event rows,
 manifest, retrievals, response cache, report): the value of every environment variable whose name
@@ -412,7 +523,6 @@ def render_markdown() -> str:
         "| field | type | meaning |",
         "|---|---|---|",
         "| `event` | str | the kind: " + ", ".join(f"`{c.EVENT}`" for c in ALL_EVENTS) + " |",
-        "| `time` | str | UTC ISO timestamp when the row was written |",
     ]
     lines += [f"| `{f.name}` | {_type_name(f.type)} | {f.metadata['doc']} |" for f in fields(CellEvent)]
     terminal = {f.name for f in fields(Terminal)} - common

@@ -22,6 +22,7 @@ from typing import Any
 from .events import ItemRecord
 from .integrity import ITEMS_LOG
 from .messages import Item, Message
+from .run_manifest import Manifest
 from .runlog import EventLog, RunLogError, read_events, write_json_atomic
 
 KEY_LENGTH = 16
@@ -78,7 +79,7 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 IDENTITY_FILE = "identity.json"
 
 
-def known_identities(run_dir: Path, manifest: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+def known_identities(run_dir: Path, manifest: Manifest | None) -> dict[str, dict[str, Any]]:
     known: dict[str, dict[str, Any]] = {}
     path = Path(run_dir) / IDENTITY_FILE
     if path.exists():
@@ -89,8 +90,8 @@ def known_identities(run_dir: Path, manifest: Mapping[str, Any] | None) -> dict[
                 f"{path}: not readable ({exc}); it records which experiments wrote this "
                 f"directory: restore it or choose another --out"
             ) from None
-    if manifest and manifest.get("run_key") and manifest.get("identity"):
-        known.setdefault(manifest["run_key"], manifest["identity"])
+    if manifest and manifest.run_key and manifest.identity:
+        known.setdefault(manifest.run_key, manifest.identity)
     return known
 
 

@@ -16,8 +16,8 @@ and the inputs are never changed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import json
 import os
 import shutil
 import sqlite3
@@ -28,8 +28,10 @@ from typing import Any
 
 import click
 
+from .events import SchemaError
 from .integrity import INTEGRITY_FILE, ITEMS_LOG, RUN_LOGS, chained_files, read_record, verify_run
-from .runlog import TERMINAL_EVENTS, EventLog, now, read_events, read_manifest, write_json_atomic
+from .run_manifest import Manifest
+from .runlog import TERMINAL_EVENTS, EventLog, load_manifest, now, read_events, write_json_atomic
 from .shards import Shard
 
 # Until every manifest carries a run_key: the config fields that make two runs one experiment.
@@ -72,25 +74,24 @@ class MergeSummary:
     cache_entries: int
 
 
-def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
+def _identity(manifest: Manifest) -> dict[str, Any]:
     """What must be equal across shards: the run key when the manifest has one, else the config
     fields that define the experiment and the versions of the plugins that produced the rows."""
-    if manifest.get("run_key"):
-        return {"run_key": manifest["run_key"]}
-    config = manifest.get("config", {})
-    identity = {name: config.get(name) for name in _IDENTITY_CONFIG}
-    identity["plugins_used"] = manifest.get("plugins_used")
-    identity["tokenizer_info"] = manifest.get("tokenizer")
+    if manifest.run_key:
+        return {"run_key": manifest.run_key}
+    identity = {name: manifest.config.get(name) for name in _IDENTITY_CONFIG}
+    identity["plugins_used"] = manifest.plugins_used
+    identity["tokenizer_info"] = manifest.tokenizer
     return identity
 
 
-def _covered(run_dir: Path, manifest: dict[str, Any]) -> tuple[int, set[int]]:
+def _covered(run_dir: Path, manifest: Manifest) -> tuple[int, set[int]]:
     """(N, shard indices) a run directory holds: one shard, the shards of an earlier merge, or
     the whole partition (N = 1) for a run made without ``--shard``."""
-    merged = manifest.get("shards")
+    merged = manifest.shards
     if merged:
         return int(merged["count"]), {int(i) for i in merged["merged"]}
-    spec = manifest.get("config", {}).get("shard")
+    spec = manifest.config.get("shard")
     if spec is None:
         return 1, {1}
     shard = Shard.parse(spec)
@@ -190,13 +191,16 @@ def merge_runs(
         raise MergeError(f"{out} is one of the inputs: merge into a new directory")
     manifests = []
     for run_dir in inputs:
-        manifest = read_manifest(run_dir) if run_dir.is_dir() else None
+        try:
+            manifest = load_manifest(run_dir) if run_dir.is_dir() else None
+        except SchemaError as exc:
+            raise MergeError(str(exc)) from None
         if manifest is None:
             raise MergeError(f"{run_dir} is not a run directory (no manifest.json)")
         manifests.append(manifest)
 
     for run_dir, manifest in zip(inputs, manifests):
-        verified = verify_run(run_dir, key_files, run_key=manifest.get("run_key"))
+        verified = verify_run(run_dir, key_files, run_key=manifest.run_key)
         if not verified.ok:
             raise MergeError(verified.refusal("merge"))
 
@@ -235,7 +239,7 @@ def merge_runs(
             f"without --shard on the merged directory fills in the missing units)"
         )
 
-    task = manifests[0]["config"]["task"]
+    task = manifests[0].config["task"]
     tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -268,29 +272,30 @@ def merge_runs(
             log.close()
             caches = [d / "cache.sqlite" for d in inputs if (d / "cache.sqlite").exists()]
             cache_entries = _merge_cache(caches, tmp / "cache.sqlite") if caches else 0
-            manifest = json.loads(json.dumps(manifests[0]))
-            manifest["config"]["shard"] = None
-            manifest["config"]["out"] = str(out)
-            manifest["shards"] = {"count": shard_count, "merged": sorted(seen), "missing": missing}
-            manifest["merged"] = {
-                "at": now(),
-                "from": [
-                    {
-                        "path": str(d),
-                        "run_id": (read_record(d) or {}).get("run_id"),
-                        "shards": sorted(c[1]),
-                        "host": m.get("host"),
-                        "git_commit": m.get("git_commit"),
-                        "started": m.get("started"),
-                        "calls_made": m.get("calls_made"),
-                    }
-                    for d, c, m in zip(inputs, coverage, manifests)
-                ],
-            }
-            manifest["started"] = min(m.get("started") or "" for m in manifests) or None
-            manifest["invocations"] = [i for m in manifests for i in m.get("invocations", [])]
-            manifest["calls_made"] = sum(m.get("calls_made") or 0 for m in manifests)
-            write_json_atomic(tmp / "manifest.json", manifest)
+            manifest = dataclasses.replace(
+                manifests[0],
+                config={**manifests[0].config, "shard": None, "out": str(out)},
+                shards={"count": shard_count, "merged": sorted(seen), "missing": missing},
+                merged={
+                    "at": now(),
+                    "from": [
+                        {
+                            "path": str(d),
+                            "run_id": (read_record(d) or {}).get("run_id"),
+                            "shards": sorted(c[1]),
+                            "host": m.host,
+                            "git_commit": m.git_commit,
+                            "started": m.started,
+                            "calls_made": m.calls_made,
+                        }
+                        for d, c, m in zip(inputs, coverage, manifests)
+                    ],
+                },
+                started=min(m.started or "" for m in manifests) or None,
+                invocations=[i for m in manifests for i in m.invocations],
+                calls_made=sum(m.calls_made or 0 for m in manifests),
+            )
+            write_json_atomic(tmp / "manifest.json", manifest.to_dict())
             if out.exists():
                 out.rmdir()  # checked empty above
             tmp.replace(out)

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS
+from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, CellKey, Event, Terminal, from_row, migration
 from .integrity import Chain, IntegrityError, chained_files, new_record, read_record, verify_run, write_record
+from .run_manifest import Manifest
 
 __all__ = ["FINAL_EVENTS", "SCHEMA_VERSION", "TERMINAL_EVENTS"]
 
@@ -306,10 +307,8 @@ class EventLog:
                 write_record(self.run_dir, self._run_id, self._key, self._chains, now())
 
 
-def read_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Events of one JSONL file, without their ``chain`` field; a torn last line is skipped,
-    any other bad line raises. Nothing is verified here: readers that decide (report, gate,
-    compare, plan, merge) call ``integrity.verify_run`` first."""
+def _numbered(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, JSON value)`` of every complete line of ``path``."""
     with open(path, "rb") as handle:
         data = handle.read()
     lines = data.split(b"\n")
@@ -323,8 +322,25 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
             raise RunLogError(f"{path}: line {number} is not valid JSON ({exc})") from None
         if type(event) is dict:
             event.pop("chain", None)  # the file's integrity, not the event's (see integrity.py)
-        yield event
+        yield number, event
     del torn  # an unterminated last line is a write cut short by a crash
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """Events of one JSONL file, without their ``chain`` field; a torn last line is skipped,
+    any other bad line raises. Nothing is verified here: readers that decide (report, gate,
+    compare, plan, merge) call ``integrity.verify_run`` first."""
+    for _, event in _numbered(path):
+        yield event
+
+
+def read_rows(path: Path, schema_version: str = SCHEMA_VERSION) -> Iterator[Event]:
+    """The rows of one JSONL file as their ``events`` classes, read as they were written: a row
+    of an older ``schema_version`` is migrated first (``events.MIGRATIONS``), and a row no class
+    describes (unknown kind or field) raises ``events.SchemaError`` naming the file and line."""
+    upgrade = migration(schema_version, str(path))
+    for number, event in _numbered(path):
+        yield from_row(upgrade(event) if type(event) is dict else event, f"{path}: line {number}")
 
 
 def cell_files(run_dir: Path) -> list[Path]:
@@ -342,17 +358,27 @@ def iter_events(run_dir: Path) -> Iterator[dict[str, Any]]:
         yield from read_events(path)
 
 
-def final_rows(run_dir: Path) -> dict[tuple, dict[str, Any]]:
-    """The last terminal event of every (task, strategy, budget, repeat, item_id).
+def iter_rows(run_dir: Path, schema_version: str = SCHEMA_VERSION) -> Iterator[Event]:
+    """Every cell file's rows as their ``events`` classes (see ``read_rows``)."""
+    for path in cell_files(run_dir):
+        yield from read_rows(path, schema_version)
+
+
+def final_rows(run_dir: Path) -> dict[CellKey, dict[str, Any]]:
+    """The last terminal event of every cell (``CellKey``), as written.
 
     An ``error`` followed by a later ``result`` (after a resume) counts as the result.
     """
-    rows: dict[tuple, dict[str, Any]] = {}
+    rows: dict[CellKey, dict[str, Any]] = {}
     for event in iter_events(run_dir):
         if event.get("event") in TERMINAL_EVENTS:
-            key = (event["task"], event["strategy"], int(event["budget"]), int(event["repeat"]), str(event["item_id"]))
-            rows[key] = event
+            rows[CellKey.of(event)] = event
     return rows
+
+
+def final_events(run_dir: Path, schema_version: str = SCHEMA_VERSION) -> dict[CellKey, Terminal]:
+    """``final_rows`` read as the ``events`` classes (see ``read_rows``)."""
+    return {row.key: row for row in iter_rows(run_dir, schema_version) if isinstance(row, Terminal)}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -363,6 +389,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """``manifest.json`` as the JSON object it is; None when there is none."""
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
         return None
@@ -370,3 +397,10 @@ def read_manifest(run_dir: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunLogError(f"{path}: not valid JSON ({exc})") from None
+
+
+def load_manifest(run_dir: Path) -> Manifest | None:
+    """``manifest.json`` as a ``Manifest``; None when there is none. One of a schema this release
+    cannot read (newer, unknown) or with an unknown field raises ``events.SchemaError``."""
+    data = read_manifest(run_dir)
+    return None if data is None else Manifest.from_dict(data, str(Path(run_dir) / "manifest.json"))

@@ -35,6 +35,7 @@ from .engine.scheduling import RemoteSpec, RunJob, address_of, window_shuffle, w
 from .engine.services import CellServices, CellSettings, callers, plugin_host
 from .engine.strategy_pool import StrategyPool
 from .episodes import EpisodicTask
+from .events import CellKey, SchemaError
 from .executors import Executor, Unit
 from .failfast import FailFast
 from .gate import AuxiliaryBudgetError
@@ -49,7 +50,8 @@ from .run_config import (
     normalised,
     refuse_credentials_in_urls,
 )
-from .runlog import EventLog, now, read_manifest, repair_torn_tails, write_json_atomic
+from .run_manifest import Manifest
+from .runlog import EventLog, load_manifest, now, repair_torn_tails, write_json_atomic
 from .sandbox import Deadline, PluginFailure, contained
 from .shards import Shard, ShardError
 from .strategies import resets_nothing
@@ -124,18 +126,25 @@ class Run:
         self.cells_total: dict[str, int] = {}
         self._announced = (-1, 0.0)  # (cells announced, when)
         self.on_start: Callable[..., None] | None = None  # (total, per_strategy, final=...)
-        self._done: set[tuple] | None = None  # the cells finished on disk, once the run key is known
+        self._done: set[CellKey] | None = None  # the cells finished on disk, once the run key is known
 
     # ----------------------------------------------------------------- stages
 
-    def _shard(self, previous: dict[str, Any] | None) -> Shard | None:
+    def _previous(self) -> Manifest | None:
+        """The manifest of the invocations before this one, if any."""
+        try:
+            return load_manifest(self.run_dir)
+        except SchemaError as exc:
+            raise RunConfigError(f"{exc}; choose another --out") from None
+
+    def _shard(self, previous: Manifest | None) -> Shard | None:
         """This invocation's shard; a directory written as one shard is never resumed as another."""
         try:
             shard = Shard.parse(self.config.shard) if self.config.shard else None
         except ShardError as exc:
             raise RunConfigError(str(exc)) from None
-        before = ((previous or {}).get("config") or {}).get("shard")
-        merged = (previous or {}).get("shards")
+        before = previous.config.get("shard") if previous else None
+        merged = previous.shards if previous else None
         if previous and not merged and before != (str(shard) if shard else None):
             raise RunConfigError(
                 f"{self.run_dir} holds {'shard ' + before if before else 'a run made without --shard'}"
@@ -167,7 +176,7 @@ class Run:
             raise RunConfigError(str(exc)) from None
 
     def form_units(
-        self, items: Iterator[Any], done: set[tuple], shard: Shard | None, tally: Tally, progress: Any
+        self, items: Iterator[Any], done: set[CellKey], shard: Shard | None, tally: Tally, progress: Any
     ) -> Iterator[Unit]:
         """Each arriving item's units (the strategies this shard owns, with the cells still to
         run), in a seeded shuffle within a bounded window; cells found done are counted here."""
@@ -181,7 +190,7 @@ class Run:
                         continue
                     pairs = list(cells)
                     random.Random(f"{c.seed}:{strategy}:{item.id}").shuffle(pairs)
-                    todo = [(b, r) for b, r in pairs if (c.task, strategy, b, r, item.id) not in done]
+                    todo = [(b, r) for b, r in pairs if CellKey(c.task, strategy, b, r, item.id) not in done]
                     self.cells_total[strategy] = self.cells_total.get(strategy, 0) + len(pairs)
                     yield Unit(strategy, item, todo, len(pairs) - len(todo))
 
@@ -213,7 +222,7 @@ class Run:
             if self._done is None:
                 return True  # the first item, read before the run identity is known
             owned = [s for s in c.strategies if not shard or shard.owns(c.task, s, item_id)]
-            if any((c.task, s, b, r, item_id) not in self._done for s in owned for b, r in cells):
+            if any(CellKey(c.task, s, b, r, item_id) not in self._done for s in owned for b, r in cells):
                 return True
             if item_id not in skipped:
                 skipped.add(item_id)
@@ -246,7 +255,7 @@ class Run:
     def _execute(self, progress: Callable[[str, int], None], on_start: Any, tally: Tally, on_turn: Any) -> RunSummary:
         config, plugins = self.config, self.plugins
         started_clock = time.perf_counter()
-        previous = read_manifest(self.run_dir)
+        previous = self._previous()
         shard = self._shard(previous)
         executor = self._executor()
         self.on_start = on_start
@@ -282,19 +291,19 @@ class Run:
                 plugins,
                 tokenizer,
                 key,
-                (previous or {}).get("started", invoked),
+                (previous.started if previous else None) or invoked,
                 run_identity,
                 {name: pool.describe(name) for name in config.strategies},
                 dict(host.declared_reads) if host is not None else {},
                 dict(host.declared_hosts) if host is not None else {},
                 self.price,
+                # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
+                [
+                    *(previous.invocations if previous else []),
+                    {"started": invoked, "finished": None, "calls_made": None},
+                ],
             )
-            # Recorded before the first call, so an invocation killed with -9 still shows (finished: null).
-            record["invocations"] = [
-                *(previous or {}).get("invocations", []),
-                {"started": invoked, "finished": None, "calls_made": None},
-            ]
-            write_json_atomic(self.run_dir / "manifest.json", record)
+            write_json_atomic(self.run_dir / "manifest.json", record.to_dict())
             log = EventLog(self.run_dir)
             services = CellServices.assemble(
                 config,
@@ -344,17 +353,17 @@ class Run:
                 log.close()
                 calls = sum({id(c): c.calls_made for c in model_callers}.values()) + job.remote_calls
                 complete = not self._stop.is_set()
-                record["invocations"][-1] = {
+                record.invocations[-1] = {
                     "started": invoked,
                     "finished": now() if complete else None,
                     "calls_made": calls,
                 }
-                record["calls_made"] = sum(i["calls_made"] or 0 for i in record["invocations"])
+                record.calls_made = sum(i["calls_made"] or 0 for i in record.invocations)
                 if host is not None:  # refused before any cell was served: nobody's row shows them
-                    record["undeclared_network"] = list(host.proxy.unattributed)
+                    record.undeclared_network = list(host.proxy.unattributed)
                 ids = self.intake.selected_ids
-                record["selected_items"] = {config.task: {"count": len(ids), "ids": ids, "complete": complete}}
-                write_json_atomic(self.run_dir / "manifest.json", record)
+                record.selected_items = {config.task: {"count": len(ids), "ids": ids, "complete": complete}}
+                write_json_atomic(self.run_dir / "manifest.json", record.to_dict())
         finally:
             if host is not None:
                 host.close()
@@ -370,7 +379,7 @@ class Run:
             counts["results"],
             counts["violations"],
             counts["errors"],
-            record["invocations"][-1]["calls_made"],
+            record.invocations[-1]["calls_made"],
             time.perf_counter() - started_clock,
             counts["admitteds"],
             stopped=self.fail_fast.cause,

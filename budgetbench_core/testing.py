@@ -30,6 +30,7 @@ from .conformance import (
     standard_items,
     unreadable_session,
 )
+from .events import CellKey
 from .loopback import (
     EXTRA_FAULTS,
     FAULTS,
@@ -202,7 +203,7 @@ def invoke_cli(*args: str, env: dict[str, str] | None = None) -> Any:
 _EXECUTION_INDEPENDENT = ("event", "prediction", "quality", "prompt_tokens", "served_prompt_tokens", "verdict", "phase")
 
 
-def comparable_rows(run_dir: Path) -> dict[tuple, tuple]:
+def comparable_rows(run_dir: Path) -> dict[CellKey, tuple]:
     """A run's final rows, each reduced to the fields (JSON text) that must not depend on how it
     was executed: threads, another executor or shards merged give equal values on one config."""
     return {

@@ -11,10 +11,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS
+from ..events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, CellKey
 from ..host.pool import sandbox_name
 from ..identity import known_identities, mismatch_message, record_identity
 from ..run_config import RunConfig, RunConfigError
+from ..run_manifest import Manifest
 from ..runlog import iter_events
 from ..sandbox import json_safe_or_empty
 from ..tokenizers import Tokenizer
@@ -85,58 +86,58 @@ def manifest(
     read_paths: dict[str, Any],
     network_hosts: dict[str, Any],
     price: Any,
-) -> dict[str, Any]:
+    invocations: list[dict[str, Any]],
+) -> Manifest:
     """The manifest a run writes before its first call (``strategies``: what each described)."""
     used = {("task", config.task), ("grader", plugins.grader_name)} | {("strategy", s) for s in config.strategies}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_key": run_key,
-        "identity": identity,
-        "config": json_safe_or_empty(config.to_dict()),
-        "started": started,
-        "versions": {
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        run_key=run_key,
+        identity=identity,
+        config=json_safe_or_empty(config.to_dict()),
+        started=started,
+        versions={
             "budgetbench": metadata.version("budgetbench"),
             "python": platform.python_version(),
             **plugins.registry.distributions(),
         },
-        "plugins_used": {
+        plugins_used={
             f"{kind}:{name}": {
                 "distribution": plugins.plugin_of(kind, name).distribution,
                 "version": plugins.plugin_of(kind, name).version,
             }
             for kind, name in sorted(used)
         },
-        "price": price.to_dict() if price is not None else None,
-        # what each confined strategy declared it reads beyond the Python environment (read_paths)
-        "read_paths": read_paths,
-        # the outside services each confined strategy declared it needs (network_hosts), let through the proxy
-        "network_hosts": network_hosts,
-        "task": json_safe_or_empty(plugins.task.manifest_notes()),
-        "data_files": identity["data_files"],
-        "grader": {
+        price=price.to_dict() if price is not None else None,
+        read_paths=read_paths,
+        network_hosts=network_hosts,
+        task=json_safe_or_empty(plugins.task.manifest_notes()),
+        data_files=identity["data_files"],
+        grader={
             "name": plugins.grader_name,
             "version": str(plugins.grader.version),
             "binary": bool(plugins.grader.binary),
             "judge_model": config.judge_model,
         },
-        "strategies": strategies,
-        "model": json_safe_or_empty(plugins.backend.describe()),
-        "judge": json_safe_or_empty(plugins.judge_backend.describe()) if plugins.judge_backend else None,
-        "tokenizer": tokenizer.info.to_dict(),
-        "plugin_failures": [
+        strategies=strategies,
+        model=json_safe_or_empty(plugins.backend.describe()),
+        judge=json_safe_or_empty(plugins.judge_backend.describe()) if plugins.judge_backend else None,
+        tokenizer=tokenizer.info.to_dict(),
+        plugin_failures=[
             {"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
             for p in plugins.registry.failures
         ],
-        "git_commit": _git_commit(),
-        "host": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
-    }
+        git_commit=_git_commit(),
+        host={"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        invocations=invocations,
+    )
 
 
 def finished_cells(
-    run_dir: Path, run_key: str, manifest: dict[str, Any] | None, identity: dict[str, Any], prompts_only: bool
-) -> set[tuple]:
+    run_dir: Path, run_key: str, manifest: Manifest | None, identity: dict[str, Any], prompts_only: bool
+) -> set[CellKey]:
     """Cells already finished under the current run_key; rows of any other key stop the run."""
-    done: dict[tuple, str] = {}
+    done: dict[CellKey, str] = {}
     foreign: Counter = Counter()
     for event in iter_events(run_dir):
         key = event.get("run_key")
@@ -144,17 +145,10 @@ def finished_cells(
             foreign[key] += 1
             continue
         if event.get("event") in TERMINAL_EVENTS:
-            cell = (
-                event["task"],
-                event["strategy"],
-                int(event["budget"]),
-                int(event["repeat"]),
-                str(event["item_id"]),
-            )
-            done[cell] = event["event"]
-    if manifest and manifest.get("run_key") not in (None, run_key) and not foreign:
-        foreign[manifest["run_key"]] = 0
-    elif manifest and manifest.get("run_key") is None and not foreign and manifest.get("config"):
+            done[CellKey.of(event)] = event["event"]
+    if manifest and manifest.run_key not in (None, run_key) and not foreign:
+        foreign[manifest.run_key] = 0
+    elif manifest and manifest.run_key is None and not foreign and manifest.config:
         foreign[None] = 0
     known = known_identities(run_dir, manifest)
     if foreign:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..backends import GenerationParams
-from ..cell import CellKey, CellLog
+from ..cell import CellLog, CellStamp
 from ..graders import Grader, GradingContext
 from ..host.metering import Metering, charge
 from ..host.pool import PluginHost
@@ -99,9 +99,9 @@ class PromptServices:
     evidence: Mapping[str, Sequence[Any]]  # item id -> its evidence marks (intake)
     tally: Tally | None
 
-    def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellKey:
+    def cell_key(self, strategy: str, item: Item, budget: int, repeat: int) -> CellStamp:
         s = self.settings
-        return CellKey(s.task, strategy, budget, repeat, item.id, item.category, s.run_key, s.tokenizer)
+        return CellStamp(s.task, strategy, budget, repeat, item.id, item.category, s.run_key, s.tokenizer)
 
     def cell(self, strategy: str, item: Item, budget: int, repeat: int) -> CellLog:
         return CellLog(self.log, self.cell_key(strategy, item, budget, repeat), self.tally)

@@ -2,9 +2,11 @@
 
 The one entry point of every command that reads a run (report, gate, compare, plan): the
 directory is verified first (``integrity.verify_run``) and refused when it does not verify,
-unless ``force``, which reads it with its problems listed in ``RunData.unverified``. The
-terminal state of a row is the last result, violation or error of its
-(task, strategy, budget, repeat, item); earlier attempts of a resumed run do not count.
+unless ``force``, which reads it with its problems listed in ``RunData.unverified``. Rows are
+read as their ``events`` classes (``runlog.iter_rows``: a row of an older schema is migrated,
+one no class describes is refused) and kept as the JSON objects they are. The terminal state
+of a cell (``CellKey``) is its last result, violation or error; earlier attempts of a resumed
+run do not count.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..events import SCHEMA_VERSION, Admitted, AuxCall, CellKey, PromptAudit, SchemaError, Terminal
 from ..integrity import verify_run
-from ..runlog import final_rows, iter_events, read_manifest
+from ..run_manifest import Manifest
+from ..runlog import iter_rows, read_manifest
 
-Key = tuple[str, str, int, int, str]  # task, strategy, budget, repeat, item_id
+Key = CellKey
 MISSING_VERSIONS = {None, "", "unknown"}
 
 
@@ -129,27 +133,33 @@ def load_run(run_dir: Path, with_prompts: bool = True, force: bool = False, key_
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise ReportError(f"{run_dir / 'manifest.json'}: missing; is this a budgetbench run directory?")
+    try:  # a manifest of a newer schema, or with a field the schema lacks, is refused before anything else
+        schema_version = Manifest.from_dict(manifest, str(run_dir / "manifest.json")).schema_version
+    except SchemaError as exc:
+        raise ReportError(str(exc)) from None
     verified = verify_run(run_dir, key_files, run_key=manifest.get("run_key") or "(none in manifest.json)")
     if not verified.ok and not force:
         raise ReportError(verified.refusal() + "; --force reads it anyway, marked unverified")
-    rows = final_rows(run_dir)
-    if not rows:
-        raise ReportError(f"{run_dir / 'cells'}: no result, violation or error rows yet")
-    check_versions(manifest, rows, run_dir / "manifest.json")
-    data = RunData(run_dir, manifest, rows, unverified=verified.problems)
-    if with_prompts:
-        pending_prompt: dict[Key, dict[str, Any]] = {}
-        pending_aux: dict[Key, list[dict[str, Any]]] = defaultdict(list)
-        for event in iter_events(run_dir):
-            kind = event.get("event")
-            if kind not in ("prompt_audit", "aux_call", "result", "violation", "error"):
+    data = RunData(run_dir, manifest, {}, unverified=verified.problems)
+    pending_prompt: dict[Key, dict[str, Any]] = {}
+    pending_aux: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+    try:
+        for event in iter_rows(run_dir, schema_version or SCHEMA_VERSION):
+            if isinstance(event, Terminal):
+                data.rows[event.key] = event.row()
+            if not with_prompts:
                 continue
-            key = (event["task"], event["strategy"], int(event["budget"]), int(event["repeat"]), str(event["item_id"]))
-            if kind == "prompt_audit":
-                pending_prompt[key] = event
-            elif kind == "aux_call":
-                pending_aux[key].append(event)
-            else:  # a terminal row closes the prompt and aux calls made for this attempt only
-                data.prompts[key] = pending_prompt.pop(key, None)
-                data.aux_calls[key] = pending_aux.pop(key, [])
+            if isinstance(event, PromptAudit):
+                pending_prompt[event.key] = event.row()
+            elif isinstance(event, AuxCall):
+                pending_aux[event.key].append(event.row())
+            elif isinstance(event, Terminal) and not isinstance(event, Admitted):
+                # it closes the prompt and aux calls made for this attempt only
+                data.prompts[event.key] = pending_prompt.pop(event.key, None)
+                data.aux_calls[event.key] = pending_aux.pop(event.key, [])
+    except SchemaError as exc:
+        raise ReportError(str(exc)) from None
+    if not data.rows:
+        raise ReportError(f"{run_dir / 'cells'}: no result, violation or error rows yet")
+    check_versions(manifest, data.rows, run_dir / "manifest.json")
     return data
