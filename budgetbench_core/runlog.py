@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, CellKey, Event, Terminal, from_row, migration
+from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, CellKey, Event, from_row, migration
 from .integrity import Chain, IntegrityError, chained_files, new_record, read_record, verify_run, write_record
 from .run_manifest import Manifest
 
@@ -374,11 +374,6 @@ def final_rows(run_dir: Path) -> dict[CellKey, dict[str, Any]]:
         if event.get("event") in TERMINAL_EVENTS:
             rows[CellKey.of(event)] = event
     return rows
-
-
-def final_events(run_dir: Path, schema_version: str = SCHEMA_VERSION) -> dict[CellKey, Terminal]:
-    """``final_rows`` read as the ``events`` classes (see ``read_rows``)."""
-    return {row.key: row for row in iter_rows(run_dir, schema_version) if isinstance(row, Terminal)}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

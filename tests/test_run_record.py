@@ -16,8 +16,8 @@ from budgetbench_core.report.data import ReportError, load_run
 from budgetbench_core.run_manifest import Manifest
 from budgetbench_core.runlog import (
     EventLog,
-    final_events,
     final_rows,
+    iter_rows,
     load_manifest,
     read_manifest,
     read_rows,
@@ -133,7 +133,7 @@ def test_a_run_of_an_unknown_or_newer_schema_is_refused_and_an_older_one_migrate
 def test_the_schema3_run_reads_typed_and_a_newer_manifest_is_refused_by_the_report(tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURE / "run", run_dir)
-    typed = final_events(run_dir)
+    typed = {row.key: row for row in iter_rows(run_dir) if isinstance(row, events.Terminal)}
     assert {key: event.row() for key, event in typed.items()} == final_rows(run_dir)
     assert all(isinstance(event, events.Result) for event in typed.values()) and len(typed) == 12
     manifest = json.loads((run_dir / "manifest.json").read_text())

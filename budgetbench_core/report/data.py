@@ -22,7 +22,6 @@ from ..integrity import verify_run
 from ..run_manifest import Manifest
 from ..runlog import iter_rows, read_manifest
 
-Key = CellKey
 MISSING_VERSIONS = {None, "", "unknown"}
 
 
@@ -34,9 +33,9 @@ class ReportError(ValueError):
 class RunData:
     run_dir: Path
     manifest: dict[str, Any]
-    rows: dict[Key, dict[str, Any]]
-    prompts: dict[Key, dict[str, Any] | None] = field(default_factory=dict)
-    aux_calls: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[CellKey, dict[str, Any]]
+    prompts: dict[CellKey, dict[str, Any] | None] = field(default_factory=dict)
+    aux_calls: dict[CellKey, list[dict[str, Any]]] = field(default_factory=dict)
     unverified: list[str] = field(default_factory=list)  # why the directory did not verify (read with force)
 
     @property
@@ -96,7 +95,7 @@ class RunData:
         )
 
 
-def check_versions(manifest: dict[str, Any], rows: dict[Key, dict[str, Any]], path: Path) -> None:
+def check_versions(manifest: dict[str, Any], rows: dict[CellKey, dict[str, Any]], path: Path) -> None:
     """Refuse a report whose rows came from plugins the manifest does not version."""
     used = manifest.get("plugins_used") or {}
     versions = manifest.get("versions") or {}
@@ -141,8 +140,8 @@ def load_run(run_dir: Path, with_prompts: bool = True, force: bool = False, key_
     if not verified.ok and not force:
         raise ReportError(verified.refusal() + "; --force reads it anyway, marked unverified")
     data = RunData(run_dir, manifest, {}, unverified=verified.problems)
-    pending_prompt: dict[Key, dict[str, Any]] = {}
-    pending_aux: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+    pending_prompt: dict[CellKey, dict[str, Any]] = {}
+    pending_aux: dict[CellKey, list[dict[str, Any]]] = defaultdict(list)
     try:
         for event in iter_rows(run_dir, schema_version or SCHEMA_VERSION):
             if isinstance(event, Terminal):
