@@ -2,7 +2,7 @@
 
 The filter is the ``PYTHONWARNINGS`` value on install.sh's editable-install line, read from the
 script itself; pip installs one real distribution editable with it, as install.sh does, into a
-prefix of the test's own (the venv is not touched). The same install without the filter shows
+prefix of the test's own (``--ignore-installed``: the venv's copy is not touched). The same install without the filter shows
 the box, so the check can fail.
 """
 
@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,8 @@ def _editable_install(tmp_path: Path, warnings: str) -> str:
         env["PYTHONWARNINGS"] = warnings
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["--prefix", str(tmp_path), "-e", str(ROOT / "plugins" / "budgetbench-task-longbench")],
+        # --ignore-installed: without it pip first uninstalls the venv's own copy of the distribution
+        + ["--ignore-installed", "--prefix", str(tmp_path), "-e", str(ROOT / "plugins" / "budgetbench-task-longbench")],
         capture_output=True,
         text=True,
         env=env,
@@ -47,3 +49,5 @@ def test_install_sh_editable_install_prints_no_setuptools_notice_box(tmp_path):
     assert BOX in shown and "*****" in shown, "setuptools no longer prints the box: this test checks nothing"
     quiet = _editable_install(tmp_path / "filtered", _install_filter())
     assert BOX not in quiet and "*****" not in quiet and "!!" not in quiet, quiet
+    still = metadata.distribution("budgetbench-task-longbench")  # the venv's own install is untouched
+    assert str(still.locate_file("")).startswith(sys.prefix), still.locate_file("")
