@@ -424,18 +424,22 @@ def judge_audit_section(run_dir: Path, rows: Iterable[dict[str, Any]]) -> JudgeA
 
 def _settings(run_dir: Path | None, task, task_options, grader, judge_model, judge_api_base, seed) -> dict[str, Any]:
     """Task, grader and judge from the command line, or from RUN_DIR's manifest (options given win)."""
+    from ..events import SchemaError
     from ..option_values import parse_pairs as _parse_pairs
-    from ..runlog import read_manifest
+    from ..runlog import load_manifest
 
     settings: dict[str, Any] = {"api_base": judge_api_base, "seed": seed, "options": {}}
     if run_dir is not None:
-        manifest = read_manifest(run_dir)
-        if not manifest or not manifest.get("config"):
+        try:
+            manifest = load_manifest(run_dir)
+        except SchemaError as exc:
+            raise click.UsageError(str(exc)) from None
+        if not manifest or not manifest.config:
             raise click.UsageError(f"{run_dir}: no manifest.json with a config; is it a run directory?")
-        config = manifest["config"]
+        config = manifest.config
         settings["options"] = dict(config.get("task_options") or {})
         settings["task"] = config.get("task")
-        settings["grader"] = (manifest.get("grader") or {}).get("name")
+        settings["grader"] = (manifest.grader or {}).get("name")
         settings["judge_model"] = config.get("judge_model") or config.get("model")
         if settings["judge_model"] == config.get("model") and judge_api_base is None:
             settings["api_base"] = config.get("api_base")  # the served model judges, as in the run
