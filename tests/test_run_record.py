@@ -188,3 +188,14 @@ def test_the_manifest_page_is_generated_from_the_class():
     page = Path(__file__).resolve().parents[1] / "docs" / "manifest.md"
     assert page.read_text(encoding="utf-8") == run_manifest.render_markdown()
     assert all(f"| `{item.name}` |" in page.read_text() for item in dataclasses.fields(Manifest))
+
+
+def test_the_report_refuses_a_row_with_a_field_the_schema_lacks_naming_file_and_line(tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURE / "run", run_dir)
+    path = sorted((run_dir / "cells").rglob("*.jsonl"))[0]
+    lines = path.read_text().splitlines()
+    lines[1] = json.dumps({**json.loads(lines[1]), "mood": "sunny"})
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ReportError, match=rf"{path}: line 2: \w+ row has field\(s\) \['mood'\]"):
+        load_run(run_dir, force=True)
