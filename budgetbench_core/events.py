@@ -361,7 +361,7 @@ def from_row(row: Any, where: str) -> Event:
     if type(row) is not dict:
         raise SchemaError(f"{where}: a row is a JSON object, got {type(row).__name__}")
     kind = row.get("event")
-    cls = _CLASSES.get(kind)  # type: ignore[arg-type]
+    cls = _CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         known = ", ".join(sorted(_CLASSES))
         raise SchemaError(f"{where}: unknown event kind {kind!r} (schema_version {SCHEMA_VERSION} has {known})")
