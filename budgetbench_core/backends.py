@@ -32,11 +32,14 @@ class FatalError(ResponseError):
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """Part of the response-cache key, with the model and the messages."""
+    """Part of the response-cache key, with the model and the messages. ``tools`` is the JSON
+    array of tool schemas (OpenAI format) sent with the messages, or None: the served template
+    renders them into the prompt, so they are counted, cached and audited with it."""
 
     max_tokens: int
     temperature: float = 0.0
     seed: int | None = None
+    tools: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,7 +47,9 @@ class GenerationParams:
 
 @dataclass
 class Completion:
-    """A model reply. ``prompt_tokens`` is the server's own count (None when not given)."""
+    """A model reply. ``prompt_tokens`` is the server's own count (None when not given).
+    ``tool_calls`` are the structured tool calls of a call sent with ``tools``, each
+    ``{"id", "name", "arguments"}`` (arguments as the JSON text the server returned)."""
 
     text: str
     prompt_tokens: int | None
@@ -53,6 +58,7 @@ class Completion:
     cached_tokens: int | None = None
     cost: float | None = None
     model: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -82,7 +88,9 @@ class Backend(ABC):
 
     What the harness asks of a backend rather than assuming from its name: ``preflight`` (what
     it can check before a run, its context window), ``counts_on_own_server`` (its default
-    tokenizer needs its own server, started with the run), ``total_deadline_s`` (the deadline
+    tokenizer needs its own server, started with the run), ``native_tools`` (it sends
+    ``GenerationParams.tools`` to the model and returns ``Completion.tool_calls``; a task that
+    needs native tool calls is refused on any other backend), ``total_deadline_s`` (the deadline
     of one attempt) and ``activity`` (what a call in flight is doing, for the Ctrl-C message).
     Constructor options the runner passes: ``api_base``, ``timeout_s``, ``max_context`` (the
     largest budget plus output), ``max_concurrency`` and ``server_prompt_cache``; accept the
@@ -92,6 +100,7 @@ class Backend(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     counts_on_own_server: ClassVar[bool] = False
+    native_tools: ClassVar[bool] = False
 
     def __init__(self, model: str, api_base: str | None = None, timeout_s: float = 120.0, **options: Any) -> None:
         self.model = model

@@ -1,5 +1,7 @@
 """Response cache keyed by (model, api base, generation parameters, the messages' chat JSON).
 
+The parameters include the tool schemas sent with the messages (``GenerationParams.tools``).
+
 Lives in the run directory (SQLite, committed per write) so a resumed run never pays
 twice for a call whose reply arrived before a crash. Replies are redacted before they are
 stored (a server may echo a key). A corrupt entry is a miss: it is dropped, reported to the
@@ -66,6 +68,8 @@ def _decode(text: str) -> Completion:
             raise ValueError(f"{name} is not an integer")
     if not isinstance(data["latency_s"], (int, float)):
         raise ValueError("latency_s is not a number")
+    if not isinstance(data.get("tool_calls") or [], list):
+        raise ValueError("tool_calls is not a list")
     return Completion(**data)
 
 

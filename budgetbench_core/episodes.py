@@ -23,6 +23,13 @@ Tool calls and their results are marked in message metadata (``exchange`` and
 that separates a result from its call. A marked message must be one the episode produced
 (same role, text and mark): a tool call or result the strategy made up is a violation of
 phase ``fabricated_tool_result`` (reward 0).
+
+Native tool calls: an episode whose ``tools`` is set (tool schemas in OpenAI format) has them
+sent with every agent call (``GenerationParams.tools``); the calls' counter renders them in
+(``PromptCounter.with_tools``), so the strategy, the gate and the served-count audit all count
+the tool block as the served template renders it. Its ``step`` is then given the reply's
+structured tool calls too: ``step(reply, tool_calls)``. A task that sets ``tools`` says so with
+``EpisodicTask.native_tools()``, and a run on a backend without ``native_tools`` is refused.
 """
 
 from __future__ import annotations
@@ -152,14 +159,18 @@ class Episode:
     the agent's first turn (its last message is the first query)."""
 
     system: Message | None = None
+    tools: list[dict[str, Any]] | None = None  # tool schemas sent natively with every agent call
 
     @abstractmethod
     def opening(self) -> list[Message]:
         """The messages before the first agent call (at least one)."""
 
     @abstractmethod
-    def step(self, reply: str) -> Step:
-        """The agent replied ``reply``: act on it and say what follows."""
+    def step(self, reply: str, tool_calls: list[dict[str, Any]] | None = None) -> Step:
+        """The agent replied ``reply``: act on it and say what follows. ``tool_calls`` is given
+        only to an episode with ``tools``: the reply's tool calls, each ``{"id", "name",
+        "arguments"}`` (arguments as the JSON text the model wrote); an episode without tools
+        may define ``step(self, reply)``."""
 
     @abstractmethod
     def outcome(self, end_reason: str) -> dict[str, Any]:
@@ -185,6 +196,11 @@ class EpisodicTask(Task):
     @abstractmethod
     def episode(self, item: Item, user: UserChannel) -> Episode:
         """A fresh episode for ``item`` (a fresh environment: nothing carries over)."""
+
+    def native_tools(self) -> bool:
+        """Whether this task's episodes send tool schemas natively (``Episode.tools``): the run
+        is then refused before any cell on a backend without ``Backend.native_tools``."""
+        return False
 
     def turn_limit(self) -> int:
         return int(self.options.get("max_turns") or self.max_turns)

@@ -45,6 +45,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .backends import Backend, Completion, FatalError, GenerationParams, TransportError
 from .cache import ResponseCache, cache_key
@@ -85,6 +86,27 @@ def _count_or_none(value: object, name: str) -> int | None:
     return int.__index__(value)
 
 
+def _tool_calls(value: object) -> list[dict[str, Any]] | None:
+    """``Completion.tool_calls`` as plain data, or TypeError."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TypeError(f"tool_calls is {type(value).__name__}, not a list")
+    calls = []
+    for call in value:
+        if not isinstance(call, dict) or not all(isinstance(call.get(k), str) for k in ("name", "arguments")):
+            raise TypeError("a tool call must be a dict with str 'name' and 'arguments'")
+        ident = call.get("id")
+        calls.append(
+            {
+                "id": str.__str__(ident) if isinstance(ident, str) else None,
+                "name": str.__str__(call["name"]),
+                "arguments": str.__str__(call["arguments"]),
+            }
+        )
+    return calls
+
+
 def plain_completion(completion: object) -> Completion:
     """A ``Completion`` made of exact types, or TypeError: what a backend returned is not trusted."""
     if not isinstance(completion, Completion):
@@ -104,6 +126,7 @@ def plain_completion(completion: object) -> Completion:
         cached_tokens=_count_or_none(fields.get("cached_tokens"), "cached_tokens"),
         cost=float(cost) if type(cost) in (int, float) else None,
         model=str.__str__(model) if isinstance(model, str) else None,
+        tool_calls=_tool_calls(fields.get("tool_calls")),
     )
 
 

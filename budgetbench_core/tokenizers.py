@@ -82,6 +82,34 @@ class Tokenizer(ABC):
         """
         return self.count_text(content)
 
+    def render_with_tools(self, messages: Sequence[Message], tools: str) -> str:
+        """The prompt with ``tools`` (the JSON array of tool schemas sent with it) rendered in,
+        as the served template renders them. Default: NotImplementedError, since a tokenizer
+        that does not know the template cannot count the tool block exactly."""
+        raise NotImplementedError(f"tokenizer {self.info.id!r} cannot render tool schemas")
+
+
+class WithTools(Tokenizer):
+    """``tokenizer`` rendering every prompt with ``tools`` in it: the counter of calls that send
+    tool schemas, so that strategies, the gate and the audit count what the server is given."""
+
+    def __init__(self, tokenizer: Tokenizer, tools: str) -> None:
+        self.tokenizer = tokenizer
+        self.tools = tools
+        self.info = tokenizer.info
+
+    def render(self, messages: Sequence[Message]) -> str:
+        return self.tokenizer.render_with_tools(messages, self.tools)
+
+    def count_text(self, text: str) -> int:
+        return self.tokenizer.count_text(text)
+
+    def count_rendered(self, prompt: str) -> int:
+        return self.tokenizer.count_rendered(prompt)
+
+    def count_in_message(self, role: str, content: str) -> int:
+        return self.tokenizer.count_in_message(role, content)
+
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -232,10 +260,20 @@ class PromptCounter:
         self._role_overhead: dict[str, int] = {}
         self._lock = threading.Lock()
         self._base: int | None = None
+        self._with_tools: dict[str, PromptCounter] = {}
 
     @property
     def info(self) -> TokenizerInfo:
         return self.tokenizer.info
+
+    def with_tools(self, tools: str) -> PromptCounter:
+        """The counter of prompts sent with ``tools`` (the JSON array of tool schemas): every
+        count includes the tool block as the template renders it. One per tools text, kept."""
+        with self._lock:
+            counter = self._with_tools.get(tools)
+            if counter is None:
+                counter = self._with_tools[tools] = PromptCounter(WithTools(self.tokenizer, tools))
+        return counter
 
     def count(self, messages: Sequence[Message]) -> int:
         """Exact count of the rendered prompt.

@@ -110,6 +110,7 @@ class LiteLLMBackend(Backend):
 
     name = "litellm"
     description = "Any litellm model string: ollama_chat/..., openrouter/..., openai/<name> with --api-base"
+    native_tools = True  # litellm's ``tools`` (and the same field on the direct client)
 
     def __init__(
         self,
@@ -207,6 +208,7 @@ class LiteLLMBackend(Backend):
                 seed=params.seed,
                 timeout=self.timeout_s,
                 num_retries=0,
+                **({"tools": json.loads(params.tools)} if params.tools else {}),
                 **self._extra(),
             )
         except Exception as exc:
@@ -230,9 +232,10 @@ class LiteLLMBackend(Backend):
         try:
             choice = response.choices[0]
             text = choice.message.content
+            calls = _tool_calls([c.model_dump() for c in getattr(choice.message, "tool_calls", None) or []])
         except (AttributeError, IndexError, KeyError) as exc:
             raise ResponseError(f"response has no choices[0].message: {exc}") from exc
-        if text is None:
+        if text is None and not calls:
             raise ResponseError("response message has no content")
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None)
@@ -244,13 +247,14 @@ class LiteLLMBackend(Backend):
         if isinstance(hidden, dict) and hidden.get("response_cost") is not None:
             cost = float(hidden["response_cost"])
         return Completion(
-            text=text,
+            text=text or "",
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached_tokens=getattr(details, "cached_tokens", None) if details else None,
             latency_s=latency,
             cost=cost,
             model=getattr(response, "model", None),
+            tool_calls=calls if params.tools else None,
         )
 
     def async_calls(self) -> bool:
@@ -270,6 +274,8 @@ class LiteLLMBackend(Backend):
         }
         if params.seed is not None:
             rest["seed"] = params.seed
+        if params.tools:
+            rest["tools"] = json.loads(params.tools)
         if self._asks_no_prompt_reuse():
             rest["cache_prompt"] = False
         return rest
@@ -330,9 +336,13 @@ class LiteLLMBackend(Backend):
         if not isinstance(payload, dict):
             raise ResponseError(f"response is {type(payload).__name__}, not a JSON object")
         try:
-            text = payload["choices"][0]["message"]["content"]
-        except (TypeError, IndexError, KeyError) as exc:
+            message = payload["choices"][0]["message"]
+            text = message["content"]
+            calls = _tool_calls(message.get("tool_calls") or [])
+        except (TypeError, IndexError, KeyError, AttributeError) as exc:
             raise ResponseError(f"response has no choices[0].message: {exc!r}") from exc
+        if text is None and calls:
+            text = ""
         if text is None:
             raise ResponseError("response message has no content")
         if not isinstance(text, str):
@@ -350,7 +360,24 @@ class LiteLLMBackend(Backend):
             latency_s=latency,
             cost=None,
             model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+            tool_calls=calls if params.tools else None,
         )
+
+
+def _tool_calls(calls: list[Any]) -> list[dict[str, Any]]:
+    """OpenAI ``tool_calls`` as ``{"id", "name", "arguments"}`` (arguments as JSON text)."""
+    out = []
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        out.append(
+            {
+                "id": call.get("id") if isinstance(call.get("id"), str) else None,
+                "name": str(function.get("name") or ""),
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            }
+        )
+    return out
 
 
 _SESSION = "litellm-backend:aiohttp"

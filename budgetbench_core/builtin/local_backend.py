@@ -28,7 +28,15 @@ from typing import Any
 import aiohttp
 import httpx
 
-from budgetbench_core import BackendCheck, Completion, GenerationParams, Message, ResponseError, hookimpl
+from budgetbench_core import (
+    BackendCheck,
+    Completion,
+    FatalError,
+    GenerationParams,
+    Message,
+    ResponseError,
+    hookimpl,
+)
 
 from .litellm_backend import LiteLLMBackend
 
@@ -53,6 +61,30 @@ STALL_STEPS = 10.0  # a call stalls after this many times the longest step seen,
 # ...and at least this long: before a step is measured, a first 512-token step on a machine
 # with a load of 10 on 2 cores took over 10 s (a short --timeout must not fail it).
 MIN_STALL_S = 60.0
+# SmolLM2's chat template renders no tools, and llama.cpp then drops them silently. The embedded
+# model is served with this one instead: every prompt without tools renders exactly as with
+# SmolLM2's own template (a test checks); with tools, the schemas (as sent, one JSON object a
+# line) and how to call one go at the end of the system message, and llama.cpp parses a
+# ``<tool_call>`` in the reply into ``tool_calls``.
+SMOLLM2_TOOLS_TEMPLATE = r"""{%- for message in messages %}
+{%- if loop.first and messages[0]['role'] != 'system' %}{{- '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face' }}{%- if tools %}{{- '\n\n' }}{%- else %}{{- '<|im_end|>\n' }}{%- endif %}{%- endif %}
+{%- if loop.first and tools %}
+{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + message['content'] + '\n\n' }}{%- endif %}
+{{- 'Tools you can call (JSON schemas):\n<tools>' }}
+{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
+{{- '\n</tools>\nTo call a tool, reply with <tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>.<|im_end|>\n' }}
+{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{%- endif %}
+{%- elif message['role'] == 'assistant' and message.tool_calls %}
+{{- '<|im_start|>assistant\n' }}{%- if message['content'] %}{{- message['content'] + '\n' }}{%- endif %}
+{%- for call in message.tool_calls %}{{- '<tool_call>{"name": "' + call.function.name + '", "arguments": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}</tool_call>' }}{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif message['role'] == 'tool' %}
+{{- '<|im_start|>user\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\n' }}
+{%- else %}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"""
 
 
 def default_model_path() -> Path:
@@ -86,6 +118,7 @@ class LocalBackend(LiteLLMBackend):
 
     name = "local"
     counts_on_own_server = True  # the ``server`` tokenizer is the embedded server's, started with the run
+    native_tools = True  # llama.cpp's jinja templates render them (SmolLM2's through SMOLLM2_TOOLS_TEMPLATE)
     description = "Embedded llama.cpp server (xllamacpp) on loopback; default SmolLM2-135M-Instruct"
 
     def __init__(
@@ -122,6 +155,8 @@ class LocalBackend(LiteLLMBackend):
             )
         super().__init__("openai/local-model", api_base=None, timeout_s=timeout_s, max_context=max_context, **options)
         self.label = model
+        self.tools_template = not path  # the default SmolLM2: its own template has no tools
+        self.template_renders_tools: bool | None = None  # learnt from the server at start
         self.server_url: str | None = None
         self._server = None
         self.stall_s = stall_s  # the stall limit, fixed (tests); None: --timeout or the measured steps
@@ -149,6 +184,8 @@ class LocalBackend(LiteLLMBackend):
             params.rope_scaling_type = xllamacpp.llama_rope_scaling_type.LLAMA_ROPE_SCALING_TYPE_YARN
             params.rope_freq_scale = MODEL_CONTEXT / self.model_context
             params.yarn_orig_ctx = MODEL_CONTEXT
+        if self.tools_template:
+            params.chat_template = SMOLLM2_TOOLS_TEMPLATE
         self._server = xllamacpp.Server(params)
         self.server_url = f"http://127.0.0.1:{params.port}"
         self.api_base = self.server_url + "/v1"
@@ -156,6 +193,8 @@ class LocalBackend(LiteLLMBackend):
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.server_url + "/health", timeout=2).status_code == 200:
+                    props = httpx.get(self.server_url + "/props", timeout=10).json()
+                    self.template_renders_tools = bool(props.get("chat_template_caps", {}).get("supports_tools"))
                     return
             except httpx.HTTPError:
                 pass
@@ -212,6 +251,11 @@ class LocalBackend(LiteLLMBackend):
     async def acomplete(self, messages: Sequence[Message], params: GenerationParams) -> Completion:
         """The reply, while the server progresses; ResponseError when it has stalled (not retried:
         the same prompt would start again from scratch on the same stuck server)."""
+        if params.tools and self.template_renders_tools is False:
+            raise FatalError(
+                f"the chat template of {self.model_path.name} renders no tools (llama.cpp would drop them): "
+                f"use a model whose template supports tools, or the task's JSON-action mode"
+            )
         call = asyncio.ensure_future(super().acomplete(messages, params))
         started = time.monotonic()
         noted = started
@@ -260,6 +304,7 @@ class LocalBackend(LiteLLMBackend):
                 else {}
             ),
             "served_as": self.model,
+            "chat_template": "SmolLM2's, with tools (SMOLLM2_TOOLS_TEMPLATE)" if self.tools_template else "the model's",
             "threads": {"generation": self.threads, "batch": self.batch_threads},
             "step_tokens": STEP_TOKENS,
             # how one call is bounded: no total deadline on the direct client, a stall limit instead

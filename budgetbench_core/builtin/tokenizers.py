@@ -166,6 +166,11 @@ class ServerTokenizer(Tokenizer):
     def render(self, messages: Sequence[Message]) -> str:
         return self._post("/apply-template", {"messages": [m.to_chat() for m in messages]})["prompt"]
 
+    def render_with_tools(self, messages: Sequence[Message], tools: str) -> str:
+        """The server's own rendering of a request with ``tools``, as its chat completion renders it."""
+        body = {"messages": [m.to_chat() for m in messages], "tools": json.loads(tools)}
+        return self._post("/apply-template", body)["prompt"]
+
     def _tokenize(self, content, add_special: bool = False) -> list:
         return self._post("/tokenize", {"content": content, "add_special": add_special, "parse_special": True})[
             "tokens"
@@ -422,6 +427,14 @@ class HuggingFaceTokenizer(Tokenizer):
         return str(
             self._tok.apply_chat_template([m.to_chat() for m in messages], tokenize=False, add_generation_prompt=True)
         )  # a str with tokenize=False
+
+    def render_with_tools(self, messages: Sequence[Message], tools: str) -> str:
+        """The model's template with ``tools`` (exact where the server renders the same template)."""
+        return str(
+            self._tok.apply_chat_template(
+                [m.to_chat() for m in messages], tools=json.loads(tools), tokenize=False, add_generation_prompt=True
+            )
+        )
 
     def _whole(self, text: str) -> int:
         return len(self._tok(text, add_special_tokens=False)["input_ids"])

@@ -5,6 +5,7 @@ the episode writes exactly one terminal row."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -65,6 +66,15 @@ def fabricated(prompt: Sequence[Message], happened: set[tuple[str, str, tuple[st
     return None
 
 
+def tools_json(tools: Any) -> str | None:
+    """An episode's tool schemas as the JSON text sent and counted, or None when it has none."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise TypeError(f"Episode.tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+    return json.dumps(tools, ensure_ascii=False)
+
+
 def run_episode(services: CellServices, strategy_name: str, item: Item, budget: int, repeat: int) -> None:
     """One episodic cell: the turn loop, then exactly one terminal row (see the module doc)."""
     task: EpisodicTask = services.task  # type: ignore[assignment]
@@ -83,13 +93,17 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                 "episode", task_ref, lambda: task.episode(item, user), Deadline(settings.item_timeout_s)
             )
             history = list(contained("episode", task_ref, episode.opening, Deadline(settings.item_timeout_s)))
-        except PluginFailure as failure:
+            tools = tools_json(getattr(episode, "tools", None))  # duck-typed episodes may lack it
+        except (PluginFailure, TypeError) as failure:
             cell.fail(
                 "episode",
                 task_ref,
-                f"task {settings.task!r} could not start the episode of item {item.id!r}: {failure.cause}",
+                f"task {settings.task!r} could not start the episode of item {item.id!r}: "
+                f"{failure.cause if isinstance(failure, PluginFailure) else failure}",
             )
             return
+        # with tool schemas, every count of the agent's prompts (the strategy's, the gate's) includes them
+        agent = replace(services, counter=services.counter.with_tools(tools)) if tools else services
         end_reason = "max_turns"
         episode_deadline = Deadline(task.time_limit())
         happened: set[tuple[str, str, tuple[str, str]]] = set()  # the exchanges this episode produced
@@ -115,8 +129,8 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                 )
                 return
             deadline = Deadline(settings.item_timeout_s)
-            context = strategy_context(services, cell, view, budget, repeat, deadline)
-            gated = build_prompt(services, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
+            context = strategy_context(services, cell, view, budget, repeat, deadline, agent.counter)
+            gated = build_prompt(agent, cell, strategy, turn_item, view, budget, context, deadline, call=turn)
             if gated is None:  # violation or error: the terminal row is written (reward 0)
                 return
             strategy_s += cell.strategy_s or 0.0
@@ -142,7 +156,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                     f"item {item.id!r}: {split}",
                 )
                 return
-            outcome = send(services, cell, gated, repeat)
+            outcome = send(services, cell, gated, repeat, tools)
             if outcome is None:
                 return
             completion = outcome.completion
@@ -161,8 +175,8 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
             last_reply = completion.text
             before = 0 if turn == 0 else len(user.calls)  # turn 0 also counts the user's opening calls
 
-            def stepped(reply: str) -> tuple[Step, tuple[Message, ...]]:
-                step = episode.step(reply)
+            def stepped(reply: str, calls: list[dict[str, Any]] | None) -> tuple[Step, tuple[Message, ...]]:
+                step = episode.step(reply, calls or []) if tools else episode.step(reply)
                 if not isinstance(step, Step) or not step.messages:
                     raise TypeError(f"step returned {type(step).__name__} without messages, not a Step")
                 return step, canonical_prompt(list(step.messages))  # checked here: blamed on the task
@@ -171,7 +185,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                 step, appended = contained(
                     "episode",
                     task_ref,
-                    functools.partial(stepped, completion.text),
+                    functools.partial(stepped, completion.text, completion.tool_calls),
                     Deadline(settings.item_timeout_s),
                 )
             except PluginFailure as failure:

@@ -40,6 +40,7 @@ from ..sandbox import (
     validate_prompt,
 )
 from ..strategies import MemoryStrategy, StrategyContext
+from ..tokenizers import PromptCounter
 from .services import CellServices, PromptServices
 
 
@@ -54,10 +55,18 @@ def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
 
 
 def strategy_context(
-    services: PromptServices, cell: CellLog, view: PrivateView, budget: int, repeat: int, deadline: Deadline
+    services: PromptServices,
+    cell: CellLog,
+    view: PrivateView,
+    budget: int,
+    repeat: int,
+    deadline: Deadline,
+    counter: PromptCounter | None = None,
 ) -> StrategyContext:
     """The context of one strategy call: its view of the item, and auxiliary calls through the
-    cell's gated channel (refused in a prompts-only run)."""
+    cell's gated channel (refused in a prompts-only run). ``counter`` counts the prompts the
+    strategy builds (default the run's; an agent call with tool schemas counts them too), while
+    auxiliary calls, sent without tools, are gated with the run's."""
     caller = None if services.settings.prompts_only else services.caller
     channel: Callable[[Sequence[Message], int, str], str] = (
         _no_model_calls
@@ -67,7 +76,7 @@ def strategy_context(
     return StrategyContext(
         item=view.item,
         budget=budget,
-        counter=services.counter,
+        counter=counter or services.counter,
         seed=services.settings.seed + repeat,
         scratch_dir=services.scratch_dir,
         complete=channel,
@@ -196,10 +205,11 @@ def build_prompt(
     return gated
 
 
-def send(services: CellServices, cell: CellLog, gated: Gated, repeat: int) -> Any:
-    """Send an admitted prompt; returns the CallOutcome, or None after writing the terminal row."""
+def send(services: CellServices, cell: CellLog, gated: Gated, repeat: int, tools: str | None = None) -> Any:
+    """Send an admitted prompt (with ``tools``, the JSON array of tool schemas it was counted
+    with); returns the CallOutcome, or None after writing the terminal row."""
     params = GenerationParams(
-        services.settings.max_output_tokens, services.settings.temperature, services.settings.seed + repeat
+        services.settings.max_output_tokens, services.settings.temperature, services.settings.seed + repeat, tools
     )
     strategy_s = cell.strategy_s
     try:

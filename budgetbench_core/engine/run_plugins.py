@@ -11,6 +11,7 @@ from typing import Any
 
 from ..backends import Backend
 from ..controls import is_control
+from ..episodes import EpisodicTask
 from ..graders import Grader
 from ..plugins import PluginError, PluginInfo, Registry
 from ..run_config import RunConfig, RunConfigError
@@ -46,6 +47,12 @@ class RunPlugins:
             max_concurrency=config.max_concurrency,
             server_prompt_cache=config.server_prompt_cache,
         )
+        if isinstance(self.task, EpisodicTask) and self.task.native_tools() and not self.backend.native_tools:
+            raise RunConfigError(
+                f"task {config.task!r} sends tool schemas natively (native tool calls), and backend "
+                f"{self.backend_name!r} (--model {config.model}) cannot send them: use a backend with native "
+                f"tool calls (local, litellm) or the task's JSON-action mode"
+            )
         self.judge_backend: Backend | None = None
         if config.judge_model and config.judge_model != config.model:
             self.judge_backend = registry.resolve_backend(config.judge_model).obj(
