@@ -120,7 +120,8 @@ def play(task: TauBench, items: dict[str, Item], key: Key, row: dict[str, Any], 
     played = Played(key, row, episode, len(episode.events))
     for turn in turns:
         before = len(episode.events)
-        step = episode.step(turn["reply"])
+        calls = (turn.get("record") or {}).get("tool_calls")
+        step = episode.step(turn["reply"], calls) if episode.tools else episode.step(turn["reply"])
         if step.done != bool(turn["done"]):
             raise ReplayError(f"{where}: turn {turn['turn']} {'ends' if step.done else 'does not end'} the playback")
         played.turns.append((turn, episode.events[before:]))

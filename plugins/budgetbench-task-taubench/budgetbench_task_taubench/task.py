@@ -3,7 +3,9 @@
 Options (docs/plugins/taubench.md): ``domain`` (retail, airline, telecom, mock), ``split``,
 ``path``, ``user`` (llm or scripted), ``max_steps`` (200) and ``max_errors`` (10), upstream's
 ``DEFAULT_MAX_STEPS`` and ``DEFAULT_MAX_ERRORS``, ``max_turns`` (agent calls; default
-``max_steps``) and ``guidelines`` (the user simulator's guidelines file).
+``max_steps``), ``guidelines`` (the user simulator's guidelines file) and ``tools`` (``json``:
+tools described in the system prompt, JSON actions; ``native``: the tool schemas sent with
+every agent call and the model's tool calls as actions, ``native.py``).
 
 An episode opens as upstream's does (the agent greets, the user answers). Each agent reply is
 parsed by ``actions.parse_reply``: tool calls run on the episode's environment and their
@@ -51,6 +53,7 @@ from .actions import (
 from .domain import DOMAINS, Domain, TaskRecord, load_domain
 from .grading import grade, initial_environment, initial_events
 from .judging import judge_assertions
+from .native import calls_text, native_actions, native_system_prompt, tool_schemas
 from .users import STOP_TOKENS, LLMUser, ScriptedUser
 
 GREETING = "Hi! How can I help you today?"  # upstream's first agent message
@@ -67,11 +70,19 @@ class TauEpisode(Episode):
     """One tau2 task played out: environment, simulated user, step and error counts, trajectory."""
 
     def __init__(
-        self, domain: Domain, record: TaskRecord, system: Message, user: Any, max_steps: int, max_errors: int
+        self,
+        domain: Domain,
+        record: TaskRecord,
+        system: Message,
+        user: Any,
+        max_steps: int,
+        max_errors: int,
+        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         self.domain = domain
         self.record = record
         self.system = system
+        self.tools = tools  # native mode: the schemas sent with every agent call
         self.user = user
         self.max_steps, self.max_errors = max_steps, max_errors
         self.env = initial_environment(domain, record)
@@ -104,10 +115,15 @@ class TauEpisode(Episode):
                     )
                 )
             elif event["role"] == "assistant":
-                out.append(Message("assistant", respond(event["content"]), {"session_id": f"h{index}"}))
+                out.append(Message("assistant", self._said(event["content"]), {"session_id": f"h{index}"}))
             else:
                 out.append(Message("user", event["content"], {"session_id": f"h{index}"}))
         return out
+
+    def _said(self, content: str) -> str:
+        """An agent message to the user as the agent's history has it: plain text in native
+        mode, a ``respond`` action in JSON mode."""
+        return content if self.tools else respond(content)
 
     def _limit(self) -> bool:
         """Upstream's termination check (after a step not addressed to the environment)."""
@@ -155,26 +171,36 @@ class TauEpisode(Episode):
         first = self._user_turn(lambda: self.user.opening(GREETING))
         return [
             *earlier,
-            Message("assistant", respond(GREETING), {"session_id": "greeting"}),
+            Message("assistant", self._said(GREETING), {"session_id": "greeting"}),
             Message(
                 "user", first if first is not None else "(the user ended the conversation)", {"session_id": "turn-0"}
             ),
         ]
 
-    def step(self, reply: str) -> Step:
+    def step(self, reply: str, tool_calls: list[dict[str, Any]] | None = None) -> Step:
         turn = len(self.events)
+        if self.tools and tool_calls:  # kept so a playback (replay.py) makes the same step
+            return self._recorded(self._step(turn, reply, tool_calls), tool_calls)
+        return self._step(turn, reply, tool_calls)
+
+    @staticmethod
+    def _recorded(step: Step, tool_calls: list[dict[str, Any]]) -> Step:
+        return Step(step.messages, step.done, step.tool_error, {**step.record, "tool_calls": tool_calls})
+
+    def _step(self, turn: int, reply: str, tool_calls: list[dict[str, Any]] | None) -> Step:
         if self.ended is not None:  # the user ended it before the agent's first turn
             return Step(
                 (Message("assistant", reply, {"session_id": f"turn-{turn}"}),), done=True, record={"kind": "ended"}
             )
         self.steps += 1
         try:
-            actions = parse_reply(reply)
+            actions = native_actions(reply, tool_calls or []) if self.tools else parse_reply(reply)
         except InvalidAction as exc:
-            return self._tool_error(turn, reply, f"Error: invalid action: {exc}")
+            shown = json.dumps(tool_calls, ensure_ascii=False) if tool_calls else reply  # the history needs text
+            return self._tool_error(turn, shown, f"Error: invalid action: {exc}")
         if actions[0].name == RESPOND:
             return self._message(turn, reply, actions[0].arguments["content"])
-        return self._tools(turn, reply, actions)
+        return self._tools(turn, calls_text(actions) if self.tools else reply, actions)
 
     def _message(self, turn: int, reply: str, content: str) -> Step:
         self.events.append({"role": "assistant", "content": content})
@@ -250,7 +276,7 @@ def _action_text(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
-OPTIONS = ("domain", "split", "path", "user", "max_steps", "max_errors", "max_turns", "guidelines")
+OPTIONS = ("domain", "split", "path", "user", "max_steps", "max_errors", "max_turns", "guidelines", "tools")
 
 
 class TauBench(EpisodicTask):
@@ -280,6 +306,10 @@ class TauBench(EpisodicTask):
         "guidelines": Param(
             help="the user simulator's guidelines file (default: upstream's, beside the domain folder)"
         ),
+        "tools": Param(
+            help="json (tools described in the prompt, JSON actions) or native (tool schemas sent as upstream "
+            "sends them; needs a backend with native tool calls)"
+        ),
     }
 
     def __init__(
@@ -292,6 +322,7 @@ class TauBench(EpisodicTask):
         max_errors: int | str = MAX_ERRORS,
         max_turns: int | str | None = None,
         guidelines: str | None = None,
+        tools: str = "json",
         **options: Any,
     ) -> None:
         if options:
@@ -300,6 +331,8 @@ class TauBench(EpisodicTask):
             raise ValueError(f"tau-bench: domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
         if user not in ("llm", "scripted"):
             raise ValueError(f"tau-bench: user must be llm or scripted, got {user!r}")
+        if tools not in ("json", "native"):
+            raise ValueError(f"tau-bench: tools must be json or native, got {tools!r}")
         limits = {"max_steps": max_steps, "max_errors": max_errors, "max_turns": max_turns or max_steps}
         for key, value in limits.items():
             if not str(value).isdigit() or int(value) <= 0:
@@ -312,9 +345,11 @@ class TauBench(EpisodicTask):
             user=user,
             **{k: int(v) for k, v in limits.items()},
             guidelines=guidelines,
+            tools=tools,
         )
         self.folder = Path(path) if path else data_dir() / "taubench" / domain
         self._domain: Domain | None = None
+        self._schemas: list[dict[str, Any]] | None = None
 
     @property
     def domain(self) -> Domain:
@@ -322,7 +357,18 @@ class TauBench(EpisodicTask):
             self._domain = load_domain(self.options["domain"], self.folder)
         return self._domain
 
+    def native_tools(self) -> bool:
+        return self.options["tools"] == "native"
+
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        """The agent's tool schemas in native mode (None in JSON mode), built once."""
+        if self.native_tools() and self._schemas is None:
+            self._schemas = tool_schemas(type(self.domain.environment().tools))
+        return self._schemas
+
     def _system(self) -> Message:
+        if self.native_tools():
+            return Message("system", native_system_prompt(self.domain.policy))
         tools = type(self.domain.environment().tools).specs()
         return Message("system", system_prompt(self.domain.policy, tools))
 
@@ -336,7 +382,7 @@ class TauBench(EpisodicTask):
             query = Message("user", opening or "(the simulated user opens the conversation)")
             yield Item(
                 id=record.id,
-                history=(Message("assistant", respond(GREETING)),),
+                history=(Message("assistant", GREETING if self.native_tools() else respond(GREETING)),),
                 query=query,
                 system=system,
                 category=self.options["domain"],
@@ -368,15 +414,21 @@ class TauBench(EpisodicTask):
             tools = describe_tools(user_kit[1].specs()) if user_kit else None
             simulated = LLMUser(record.scenario, self._guidelines(tools is not None), user, USER_MAX_TOKENS, tools)
         return TauEpisode(
-            self.domain, record, item.system, simulated, self.options["max_steps"], self.options["max_errors"]
+            self.domain,
+            record,
+            item.system,
+            simulated,
+            self.options["max_steps"],
+            self.options["max_errors"],
+            self.tool_schemas(),
         )
 
     def manifest_notes(self) -> dict[str, Any]:
         notes = {
             **super().manifest_notes(),
             "data_folder": str(self.folder),
-            "action_format": "json-act",
-            "tools_mode": "json",
+            "action_format": "native tool calls" if self.native_tools() else "json-act",
+            "tools_mode": self.options["tools"],
             "user_simulator": self.options["user"],
             "max_steps": self.options["max_steps"],
             "max_errors": self.options["max_errors"],

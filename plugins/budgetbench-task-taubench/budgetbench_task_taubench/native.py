@@ -1,0 +1,72 @@
+"""Native tool calling (``tools=native``): the tool schemas as upstream sends them, and the
+model's structured tool calls as the episode's actions.
+
+Upstream's ``Tool.openai_schema`` is ``{"type": "function", "function": {name, description,
+parameters}}`` where ``parameters`` is the JSON schema of a pydantic model named
+``parameters`` built from the tool's signature (types, defaults) and its docstring's argument
+texts. The same is built here from each tool method's signature and the texts the JSON mode
+describes the tool with, so the types, enums and nested schemas reach the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from typing import Any
+
+from pydantic import Field, create_model
+
+from .actions import AGENT_INSTRUCTION, RESPOND, Action, InvalidAction
+from .toolkit import Toolkit
+
+
+def tool_schemas(toolkit: type[Toolkit]) -> list[dict[str, Any]]:
+    """Every tool of ``toolkit`` in OpenAI format, in name order."""
+    schemas = []
+    for name, spec in toolkit.specs().items():
+        function = getattr(toolkit, name)
+        hints = typing.get_type_hints(function)
+        fields: dict[str, Any] = {}
+        for parameter, value in inspect.signature(function).parameters.items():
+            if parameter == "self":
+                continue
+            default = ... if value.default is inspect.Parameter.empty else value.default
+            if parameter in spec.parameters:
+                default = Field(default, description=spec.parameters[parameter])
+            fields[parameter] = (hints.get(parameter, Any), default)
+        parameters = create_model("parameters", **fields).model_json_schema()
+        schemas.append(
+            {"type": "function", "function": {"name": name, "description": spec.description, "parameters": parameters}}
+        )
+    return schemas
+
+
+def native_system_prompt(policy: str) -> str:
+    """Upstream's agent system prompt: the instruction and the policy (the tools go natively)."""
+    return f"<instructions>\n{AGENT_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>"
+
+
+def native_actions(reply: str, tool_calls: list[dict[str, Any]]) -> tuple[Action, ...]:
+    """The tool calls, in order, when there are any (text beside them is not sent, as upstream
+    sends an agent message either to the environment or to the user); else the text is a
+    message to the user. Arguments that are not a JSON object make the reply invalid."""
+    if tool_calls:
+        actions = []
+        for call in tool_calls:
+            try:
+                arguments = json.loads(call["arguments"] or "{}")
+            except json.JSONDecodeError:
+                raise InvalidAction(f"the arguments of tool call {call['name']!r} are not valid JSON") from None
+            if not isinstance(arguments, dict):
+                raise InvalidAction(f"the arguments of tool call {call['name']!r} are not a JSON object")
+            actions.append(Action(call["name"], arguments))
+        return tuple(actions)
+    if not reply.strip():
+        raise InvalidAction("the reply was empty")
+    return (Action(RESPOND, {"content": reply}),)
+
+
+def calls_text(actions: tuple[Action, ...]) -> str:
+    """The agent's tool calls as the text of its history message: one JSON call a line."""
+    return "\n".join(json.dumps({"name": a.name, "arguments": a.arguments}, ensure_ascii=False) for a in actions)

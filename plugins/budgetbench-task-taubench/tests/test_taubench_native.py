@@ -1,0 +1,116 @@
+"""Native tool calling (``tools=native``): upstream-style schemas, tool calls as actions, and an
+episode on the embedded model whose every agent call is counted exactly, tool block included."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from budgetbench_task_taubench.actions import RESPOND, InvalidAction
+from budgetbench_task_taubench.domain import DOMAINS
+from budgetbench_task_taubench.native import native_actions, tool_schemas
+from budgetbench_task_taubench.task import TauBench
+
+from budgetbench_core import final_rows
+from budgetbench_core.testing import invoke_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from taubench_support import DATA, needs_data  # noqa: E402
+
+
+@pytest.mark.parametrize("domain", sorted(DOMAINS))
+def test_every_tool_is_an_openai_function_with_its_signatures_schema(domain):
+    toolkit = DOMAINS[domain][1]
+    schemas = tool_schemas(toolkit)
+    assert [s["function"]["name"] for s in schemas] == list(toolkit.specs())
+    for schema, spec in zip(schemas, toolkit.specs().values()):
+        parameters = schema["function"]["parameters"]
+        assert schema["type"] == "function" and schema["function"]["description"] == spec.description
+        assert parameters["type"] == "object" and parameters["title"] == "parameters"
+        assert tuple(parameters.get("required", ())) == spec.required
+        for name, text in spec.parameters.items():
+            assert parameters["properties"][name]["description"] == text
+
+
+def test_tool_calls_are_the_actions_and_text_alone_is_a_message():
+    calls = [
+        {"id": "a", "name": "get_user_details", "arguments": '{"user_id": "u1"}'},
+        {"id": "b", "name": "list_all_product_types", "arguments": ""},
+    ]
+    actions = native_actions("ignored text", calls)
+    assert [(a.name, a.arguments) for a in actions] == [
+        ("get_user_details", {"user_id": "u1"}),
+        ("list_all_product_types", {}),
+    ]
+    (message,) = native_actions("How can I help?", [])
+    assert (message.name, message.arguments) == (RESPOND, {"content": "How can I help?"})
+    for bad in ('{"user_id": ', '["u1"]'):
+        with pytest.raises(InvalidAction, match="get_user_details"):
+            native_actions("", [{"id": None, "name": "get_user_details", "arguments": bad}])
+    with pytest.raises(InvalidAction, match="empty"):
+        native_actions("  ", [])
+
+
+@needs_data
+def test_a_native_episode_runs_the_calls_and_keeps_them_for_playback():
+    task = TauBench(domain="retail", split="base", path=str(DATA / "retail"), user="scripted", tools="native")
+    assert task.native_tools() and task.manifest_notes()["tools_mode"] == "native"
+    item = next(i for i in task.load(None, 0) if i.id == "0")
+    assert "<action_format>" not in item.system.content and item.history[0].content.startswith("Hi!")
+    episode = task.episode(item, user=None)
+    assert episode.tools == task.tool_schemas()
+    episode.opening()
+    gold = task.domain.task("0").actions[0]
+    call = {"id": "c1", "name": gold.name, "arguments": json.dumps(gold.arguments)}
+    step = episode.step("", [call])
+    assert step.record["kind"] == "tool" and step.record["tool_calls"] == [call]
+    assert json.loads(step.messages[0].content) == {"name": gold.name, "arguments": gold.arguments}
+    assert step.messages[1].content.startswith(f"Tool {gold.name} returned:\n")
+    said = episode.step("Thank you, one moment.", [])
+    assert said.record["kind"] == "message" and said.messages[0].content == "Thank you, one moment."
+
+
+@needs_data
+@pytest.mark.slow
+def test_native_episode_on_the_embedded_model_counts_the_tool_block_exactly(tmp_path):
+    out = tmp_path / "run"
+    result = invoke_cli(
+        "run",
+        "-t",
+        "tau-bench",
+        "--task-option",
+        "domain=mock",
+        "--task-option",
+        "user=scripted",
+        "--task-option",
+        "tools=native",
+        "--task-option",
+        f"path={DATA / 'mock'}",
+        "--task-option",
+        "max_turns=3",
+        "-s",
+        "truncation",
+        "-b",
+        "2048",
+        "-n",
+        "1",
+        "--max-output-tokens",
+        "48",
+        "--timeout",
+        "900",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = final_rows(out).values()
+    assert row["event"] == "result" and row["episode"]["served_counts_match"] is True
+    turns = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(turns) == row["episode"]["calls"] >= 1
+    assert all(t["served_prompt_tokens"] == t["prompt_tokens"] for t in turns)  # tool block included
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"]["tools_mode"] == "native"
+    audits = [json.loads(line) for path in (out / "cells").rglob("*.jsonl") for line in path.read_text().splitlines()]
+    system = next(a for a in audits if a["event"] == "prompt_audit")["messages"][0]["content"]
+    assert system.startswith("<instructions>") and "<tools>" not in system  # the schemas go natively
