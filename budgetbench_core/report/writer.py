@@ -130,11 +130,14 @@ def _findings(data: RunData, summary, paired, errors, mismatches, pivot) -> list
 
 
 def run_header(manifest: dict[str, Any]) -> dict[str, Any]:
-    """Model, tokenizer and grader as one line each, for the top of every report."""
+    """Model, tokenizer, grader, task (with every option it ran with) and where plugins ran (their
+    isolation and sandbox), a line each, for the top of every report."""
     model = manifest.get("model") or {}
     tokenizer = manifest.get("tokenizer") or {}
     grader = manifest.get("grader") or {}
     config = manifest.get("config") or {}
+    task = manifest.get("task") or {}  # its options as the task resolved them, defaults included
+    isolation = (manifest.get("identity") or {}).get("isolation") or {}
     served = model.get("model") or config.get("model")
     where = model.get("model_file") or model.get("api_base")
     return {
@@ -144,8 +147,13 @@ def run_header(manifest: dict[str, Any]) -> dict[str, Any]:
         "grader": f"{grader.get('name', '?')} v{grader.get('version', '?')} "
         f"({'binary' if grader.get('binary') else 'graded'}"
         f"{', judge ' + str(grader['judge_model']) if grader.get('judge_model') else ''})",
-        "task": f"{(manifest.get('task') or {}).get('name') or config.get('task')} "
-        f"{json.dumps(config.get('task_options') or {}, sort_keys=True)}",
+        "task": f"{task.get('name') or config.get('task')} "
+        f"{json.dumps(task.get('options') or config.get('task_options') or {}, sort_keys=True)}",
+        "plugins ran": (
+            f"isolation {isolation['isolation']}, sandbox {isolation['sandbox']}"
+            if isolation
+            else "not recorded (a run of an older release)"
+        ),
     }
 
 
