@@ -108,12 +108,14 @@ def test_a_lost_worker_unit_is_rerun_never_half_recorded(tmp_path, cluster, refe
     """Kill the busy Ray worker processes (this test's own cluster) while their units wait on the server."""
     import psutil
 
+    def command_line(process: psutil.Process) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # it ended, or is a zombie, between listing and asking (Ray recycles workers)
+            return ""
+
     def busy_workers() -> list[psutil.Process]:
-        return [
-            p
-            for p in psutil.Process().children(recursive=True)
-            if "_run_unit" in " ".join(p.cmdline() if p.is_running() else [])
-        ]
+        return [p for p in psutil.Process().children(recursive=True) if "_run_unit" in command_line(p)]
 
     killed: list[int] = []
     with CountingServer(latency_s=0.3) as server:

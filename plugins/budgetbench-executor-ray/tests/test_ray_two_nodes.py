@@ -68,8 +68,14 @@ def busy_units(node) -> list:
     """The worker processes of ``node`` (a Cluster node) running a unit."""
     import psutil
 
+    def command_line(process: psutil.Process) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # it ended, or is a zombie, between listing and asking
+            return ""
+
     raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-    return [p for p in raylet.children(recursive=True) if "_run_unit" in " ".join(p.cmdline())]
+    return [p for p in raylet.children(recursive=True) if "_run_unit" in command_line(p)]
 
 
 @pytest.fixture(scope="module")
