@@ -36,6 +36,7 @@ from .memory_systems import (
 )
 from .messages import ROLES, Item, Message, Session
 from .params import Param
+from .run_reader import RunReadError, VerifiedRun, read_run
 from .runlog import final_rows, iter_events, read_manifest, redact
 from .runner import AuxiliaryBudgetError, RunConfig, run
 from .selection import balanced
@@ -83,6 +84,7 @@ __all__ = [
     "ResponseError",
     "RetrievedItem",
     "RunConfig",
+    "RunReadError",
     "Session",
     "SharedReplies",
     "StrategyContext",
@@ -92,6 +94,7 @@ __all__ = [
     "TokenizerInfo",
     "TransportError",
     "Verdict",
+    "VerifiedRun",
     "balanced",
     "contains_answer",
     "data_dir",
@@ -101,6 +104,7 @@ __all__ = [
     "keep_exchanges",
     "iter_events",
     "read_manifest",
+    "read_run",
     "redact",
     "resolve_data_file",
     "pass_k",

@@ -7,18 +7,19 @@ user completions answering in order, rebuilds the whole trajectory (every tool c
 and user message) and grades it again: the export writes upstream's trajectories from it,
 and the regrade recomputes rewards with fixed task data. A playback that takes another path
 than the run (the user would be asked more or fewer times, an episode ends at another turn)
-is an error naming the episode: the logs and the data disagree.
+is an error naming the episode: the logs and the data disagree. The run directory is verified
+before anything is read (``budgetbench_core.read_run``): an edited, truncated or forged
+``episodes.jsonl`` or cell file is refused naming the file and line, never played back.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from budgetbench_core import Item, final_rows, read_manifest
+from budgetbench_core import Item, VerifiedRun, read_run
 
 from .task import TauBench, TauEpisode
 
@@ -59,34 +60,20 @@ class Played:
     outcome: dict[str, Any] | None = None
 
 
-def run_rows(run_dir: Path) -> tuple[dict[str, Any], dict[Key, dict[str, Any]]]:
-    """The manifest and the terminal rows of the run's tau-bench cells."""
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise ReplayError(f"{run_dir / 'manifest.json'}: missing; is {run_dir} a budgetbench run directory?")
-    rows = {key: row for key, row in final_rows(run_dir).items() if key[0] == TASK}
+def run_rows(run: VerifiedRun) -> dict[Key, dict[str, Any]]:
+    """The terminal rows of the run's tau-bench cells."""
+    rows = {key: row for key, row in run.rows.items() if key[0] == TASK}
     if not rows:
-        raise ReplayError(
-            f"{run_dir}: no {TASK!r} rows (tasks in this run: {sorted({k[0] for k in final_rows(run_dir)})})"
-        )
-    return manifest, rows
+        raise ReplayError(f"{run.run_dir}: no {TASK!r} rows (tasks in this run: {sorted({k[0] for k in run.rows})})")
+    return rows
 
 
-def turn_log(run_dir: Path) -> dict[Key, list[dict[str, Any]]]:
+def turn_log(run: VerifiedRun) -> dict[Key, list[dict[str, Any]]]:
     """Per episode, its last run of turns from turn 0 (the one its terminal row summarises)."""
-    path = Path(run_dir) / EPISODE_LOG
-    if not path.is_file():
-        raise ReplayError(f"{path}: missing; the run has no episode turns to play back")
+    if not (run.run_dir / EPISODE_LOG).is_file():
+        raise ReplayError(f"{run.run_dir / EPISODE_LOG}: missing; the run has no episode turns to play back")
     attempts: dict[Key, list[dict[str, Any]]] = defaultdict(list)
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")[:-1]  # a torn last line (a run stopped mid-write) is no turn, as the core reads it
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            turn = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"{path}:{number}: not valid JSON ({exc})") from None
+    for turn in run.logs[EPISODE_LOG]:
         if turn.get("event") != "episode_turn" or turn.get("task") != TASK:
             continue
         key = (TASK, turn["strategy"], int(turn["budget"]), int(turn["repeat"]), str(turn["item_id"]))
@@ -134,9 +121,11 @@ def play(task: TauBench, items: dict[str, Item], key: Key, row: dict[str, Any], 
 
 
 def play_run(run_dir: Path, path: str | None = None) -> tuple[dict[str, Any], TauBench, list[Played]]:
-    """Every episode of the run played back (on the run's data, or on ``path``)."""
-    manifest, rows = run_rows(run_dir)
-    log = turn_log(run_dir)
+    """Every episode of the run played back (on the run's data, or on ``path``). The run directory
+    is verified first (``budgetbench_core.read_run``): one that does not verify raises
+    ``RunReadError`` naming the file and line, and nothing is played back."""
+    run = read_run(run_dir, logs=(EPISODE_LOG,))  # verified first: an edited run is refused, never played back
+    manifest, rows, log = run.manifest, run_rows(run), turn_log(run)
     task = task_of(manifest, path)
     items = {item.id: item for item in task.load(None, int((manifest.get("config") or {}).get("seed") or 0))}
     played = [play(task, items, key, row, log.get(key, [])) for key, row in sorted(rows.items())]
