@@ -80,7 +80,7 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
     server.reset()
     snapshots: list[dict[int, tuple[str, float]]] = []
 
-    def started(total: int, per: int) -> None:
+    def started(total: int, per: dict[str, int], final: bool = False) -> None:
         if "start" not in marks:
             marks.update(start=time.perf_counter(), cpu=time.process_time(), loop=loop_cpu())
             snapshots.append(threads_cpu())

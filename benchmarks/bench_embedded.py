@@ -55,7 +55,7 @@ def main() -> None:
         began = time.perf_counter()
         summary = run(
             config(out, args.items, budgets),
-            on_start=lambda total, per: marks.setdefault("cells", time.perf_counter()),
+            on_start=lambda total, per, final=False: marks.setdefault("cells", time.perf_counter()),
             progress=lambda name, n: finished.append(time.perf_counter()),
         )
         wall = time.perf_counter() - began

@@ -241,7 +241,7 @@ class Run:
     def execute(
         self,
         progress: Callable[[str, int], None] | None = None,
-        on_start: Callable[[int, dict[str, int]], None] | None = None,
+        on_start: Callable[..., None] | None = None,
         on_cell: Callable[[dict[str, Any]], None] | None = None,
         on_turn: Callable[[dict[str, Any]], None] | None = None,
     ) -> RunSummary:
