@@ -18,7 +18,9 @@ reward 0) or ``error``. Each turn is also written to ``episodes.jsonl`` (the rep
 step, and the simulated user's calls, whose tokens are logged there and never budgeted).
 
 Tool calls and their results are marked in message metadata (``exchange`` and
-``exchange_part``: ``call`` or ``result``). A strategy must keep them together:
+``exchange_part``: ``call`` or ``result``); an exchange is its call and every result after it
+(a native call message with several tool calls has one ``tool`` message per call, as the
+OpenAI chat form has it). A strategy must keep them together:
 :func:`keep_exchanges` repairs a selection, and the runner refuses (error row) a prompt
 that separates a result from its call. A marked message must be one the episode produced
 (same role, text and mark): a tool call or result the strategy made up is a violation of
@@ -27,20 +29,24 @@ phase ``fabricated_tool_result`` (reward 0).
 Native tool calls: an episode whose ``tools`` is set (tool schemas in OpenAI format) has them
 sent with every agent call (``GenerationParams.tools``); the calls' counter renders them in
 (``PromptCounter.with_tools``), so the strategy, the gate and the served-count audit all count
-the tool block as the served template renders it. Its ``step`` is then given the reply's
+the tool block as the served template renders it. The episode may then put the calls in the
+history as the chat form has them: an assistant message whose ``metadata["tool_calls"]`` is the
+JSON text of its ``tool_calls`` array, and ``tool`` messages with ``metadata["tool_call_id"]``
+(``Message.to_chat`` sends both, and every count renders them). Its ``step`` is then given the reply's
 structured tool calls too: ``step(reply, tool_calls)``. A task that sets ``tools`` says so with
 ``EpisodicTask.native_tools()``, and a run on a backend without ``native_tools`` is refused.
 """
 
 from __future__ import annotations
 
+import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .backends import GenerationParams
-from .messages import Item, Message
+from .messages import TOOL_CALLS, Item, Message
 from .model_calls import ModelCaller
 from .sandbox import canonical_prompt
 from .tasks import Task
@@ -58,41 +64,77 @@ def exchange_of(message: Message) -> tuple[str, str] | None:
 
 
 def keep_exchanges(kept: Sequence[Message], history: Sequence[Message], query: Message) -> list[Message]:
-    """``kept`` (a selection of ``history``, in order) with no half-exchange: a result whose call
-    is not right before it, or a call whose result is not right after it, is dropped; when the
-    query is a tool result, its call (the newest history message) is kept right before it,
-    even if that no longer fits (the runner then records a violation, never a split)."""
+    """``kept`` (a selection of ``history``, in order) with no partial exchange. An exchange is
+    its call followed by all its results (one per tool call of a native call message), in the
+    history's order; a call, or results, without the rest of their exchange right beside them
+    are dropped. When the query is a tool result, the rest of its exchange (the newest history
+    messages) is kept right before it, even if that no longer fits (the runner then records a
+    violation, never a split)."""
+    sizes: dict[str, int] = {}
+    for message in history:
+        mark = exchange_of(message)
+        if mark:
+            sizes[mark[0]] = sizes.get(mark[0], 0) + 1
     kept = list(kept)
     out: list[Message] = []
-    for index, message in enumerate(kept):
-        mark = exchange_of(message)
-        if mark and mark[1] == "result":
-            previous = exchange_of(kept[index - 1]) if index else None
-            if previous != (mark[0], "call"):
-                continue
-        if mark and mark[1] == "call":
-            following = exchange_of(kept[index + 1]) if index + 1 < len(kept) else None
-            if following != (mark[0], "result"):
-                continue
-        out.append(message)
+    index = 0
+    while index < len(kept):
+        mark = exchange_of(kept[index])
+        if not mark:
+            out.append(kept[index])
+            index += 1
+            continue
+        end = index + 1
+        if mark[1] == "call":
+            while end < len(kept) and exchange_of(kept[end]) == (mark[0], "result"):
+                end += 1
+            if end - index == sizes.get(mark[0], 0) and end - index > 1:
+                out.extend(kept[index:end])
+        index = end  # a result without its call right before it is dropped
     wanted = exchange_of(query)
-    if wanted and wanted[1] == "result" and history and exchange_of(history[-1]) == (wanted[0], "call"):
-        if not out or out[-1] is not history[-1] and exchange_of(out[-1]) != (wanted[0], "call"):
-            out.append(history[-1])
+    if wanted and wanted[1] == "result":
+        tail = [m for m in history if (exchange_of(m) or ("", ""))[0] == wanted[0]]
+        if tail and (len(out) < len(tail) or any(a is not b for a, b in zip(out[-len(tail) :], tail, strict=True))):
+            out = [m for m in out if (exchange_of(m) or ("", ""))[0] != wanted[0]] + tail
     return out
 
 
 def split_exchange(prompt: Sequence[Message]) -> str | None:
-    """Why ``prompt`` separates a tool call from its result, or None when it does not."""
+    """Why ``prompt`` separates a tool call from its results, or None when it does not: every
+    result follows its call or another result of the same exchange, and every call is followed
+    by a result. (A native call message's results are also checked against its calls' count.)"""
     for index, message in enumerate(prompt):
         mark = exchange_of(message)
         if not mark:
             continue
-        if mark[1] == "result" and (index == 0 or exchange_of(prompt[index - 1]) != (mark[0], "call")):
+        before = exchange_of(prompt[index - 1]) if index else None
+        if mark[1] == "result" and before not in ((mark[0], "call"), (mark[0], "result")):
             return f"message {index} is the result of tool call {mark[0]!r} without the call right before it"
-        if mark[1] == "call" and (index + 1 >= len(prompt) or exchange_of(prompt[index + 1]) != (mark[0], "result")):
-            return f"message {index} is tool call {mark[0]!r} without its result right after it"
+        if mark[1] == "call":
+            results = 0
+            while index + 1 + results < len(prompt) and exchange_of(prompt[index + 1 + results]) == (
+                mark[0],
+                "result",
+            ):
+                results += 1
+            if not results:
+                return f"message {index} is tool call {mark[0]!r} without its result right after it"
+            calls = native_calls(message)
+            if calls and len(calls) != results:
+                return f"message {index} makes {len(calls)} tool calls in exchange {mark[0]!r} but {results} results follow it"
     return None
+
+
+def native_calls(message: Message) -> list[Any]:
+    """The native tool calls an assistant message carries (``metadata["tool_calls"]``), or []."""
+    text = message.metadata.get(TOOL_CALLS) if message.role == "assistant" else None
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        calls = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return calls if isinstance(calls, list) else []
 
 
 @dataclass(frozen=True)

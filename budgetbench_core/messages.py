@@ -6,12 +6,18 @@ compares a snapshot before and after each call to catch in-place edits of metada
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-ROLES = ("system", "user", "assistant")
+CHAT_ROLES = ("system", "user", "assistant")  # what a strategy's model call through the gateway may send
+ROLES = (*CHAT_ROLES, "tool")  # "tool": a native tool call's result in an agent episode (tool_call_id in metadata)
+# Native tool calls in the OpenAI chat form, carried in flat metadata: an assistant message's
+# calls as the JSON text of its ``tool_calls`` array, and a ``tool`` message's ``tool_call_id``.
+TOOL_CALLS = "tool_calls"
+TOOL_CALL_ID = "tool_call_id"
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -43,9 +49,18 @@ class Message:
             out["metadata"] = dict(self.metadata)
         return out
 
-    def to_chat(self) -> dict[str, str]:
-        """The OpenAI chat form sent to servers: role and content only."""
-        return {"role": self.role, "content": self.content}
+    def to_chat(self) -> dict[str, Any]:
+        """The OpenAI chat form sent to servers: role and content; an assistant message with
+        ``metadata["tool_calls"]`` (JSON text) also has its ``tool_calls``, and a ``tool``
+        message its ``tool_call_id``."""
+        chat: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.role == "assistant":
+            calls = self.metadata.get(TOOL_CALLS)
+            if isinstance(calls, str) and calls:
+                chat[TOOL_CALLS] = json.loads(calls)
+        elif self.role == "tool":
+            chat[TOOL_CALL_ID] = str(self.metadata.get(TOOL_CALL_ID, ""))
+        return chat
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .messages import Message
+from .messages import TOOL_CALL_ID, TOOL_CALLS, Message
 
 T = TypeVar("T")  # what ``fit`` drops: messages, or indices that ``frame`` turns into messages
 
@@ -208,21 +208,38 @@ class CountCache:
         return [new[t] if n is None else n for t, (n, _) in zip(plain, found)]
 
 
-def _stored_fields(messages: Sequence[Message]) -> tuple[tuple[str, str], ...]:
-    """The (role, content) of each message, read once from its stored fields as plain ``str``
-    (a subclass's properties, ``str`` subclasses and instance attributes are never consulted)."""
-    key: list[tuple[str, str]] = []
+def _wire(role: str, metadata: Any) -> str:
+    """The native tool-call field of a message that ``Message.to_chat`` sends besides role and
+    content (an assistant's ``tool_calls`` JSON text, a tool message's ``tool_call_id``), read as
+    a plain ``str``; "" for any other message."""
+    if role == "assistant":
+        key = TOOL_CALLS
+    elif role == "tool":
+        key = TOOL_CALL_ID
+    else:
+        return ""
+    value = metadata.get(key) if isinstance(metadata, Mapping) else None
+    return str.__str__(value) if isinstance(value, str) else ""
+
+
+def _stored_fields(messages: Sequence[Message]) -> tuple[tuple[str, str, str], ...]:
+    """The (role, content, tool-call field) of each message, read once from its stored fields
+    as plain ``str`` (a subclass's properties, ``str`` subclasses and instance attributes are
+    never consulted); the third is what ``to_chat`` sends for native tool calls, else ""."""
+    key: list[tuple[str, str, str]] = []
     for message in messages:
         if type(message) is Message:
             fields = message.__dict__
             role, content = fields.get("role"), fields.get("content")
             if type(role) is str and type(content) is str:
-                key.append((role, content))
+                key.append((role, content, _wire(role, fields.get("metadata"))))
                 continue
         if not isinstance(message, Message):
             raise TypeError(f"a prompt holds Message objects, got {type(message).__name__}")
         fields = object.__getattribute__(message, "__dict__")
-        key.append((_exact_str(fields.get("role"), "a message's role"), _exact_str(fields.get("content"), "content")))
+        role = _exact_str(fields.get("role"), "a message's role")
+        content = _exact_str(fields.get("content"), "content")
+        key.append((role, content, _wire(role, fields.get("metadata"))))
     return tuple(key)
 
 
@@ -230,12 +247,16 @@ _PLAIN_LAYOUT = tuple(f.name for f in dataclasses.fields(Message)) == ("role", "
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
-def _plain_message(role: str, content: str) -> Message:
-    """``Message(role, content)`` for two plain strings, at a fifth of the cost of ``__init__``."""
+def _plain_message(role: str, content: str, wire: str = "") -> Message:
+    """``Message(role, content)`` for two plain strings, at a fifth of the cost of ``__init__``;
+    ``wire`` (see ``_wire``) becomes the one metadata field ``to_chat`` reads for tool calls."""
+    metadata = _NO_METADATA
+    if wire:
+        metadata = MappingProxyType({TOOL_CALLS if role == "assistant" else TOOL_CALL_ID: wire})
     if not _PLAIN_LAYOUT:
-        return Message(role, content)
+        return Message(role, content, metadata)
     message = object.__new__(Message)
-    message.__dict__.update(role=role, content=content, metadata=_NO_METADATA)
+    message.__dict__.update(role=role, content=content, metadata=metadata)
     return message
 
 
@@ -289,7 +310,7 @@ class PromptCounter:
             return cached
         # What is counted is rebuilt from the key, so no object a strategy holds (and could
         # change from another thread meanwhile) decides the count stored under that key.
-        exact = self.tokenizer.count([_plain_message(role, content) for role, content in key])
+        exact = self.tokenizer.count([_plain_message(*fields) for fields in key])
         with self._lock:
             self._exact_cache[key] = exact
             if len(self._exact_cache) > self._EXACT_CACHE_SIZE:

@@ -194,7 +194,8 @@ def test_report_summarises_episodes_per_cell():
 
 
 class _ToolRoleEpisode:
-    """An episode whose step answers with a message of a role the harness does not send."""
+    """An episode whose step answers with a message of a role the harness does not send (``function``, the
+    OpenAI chat form's old name of ``tool``)."""
 
     system = None
 
@@ -207,7 +208,7 @@ class _ToolRoleEpisode:
     def step(self, reply):
         from budgetbench_core import Step
 
-        return Step((Message("assistant", reply), Message("tool", "result of the tool")))
+        return Step((Message("assistant", reply), Message("function", "result of the tool")))
 
     def outcome(self, end_reason):
         return {"reward": 1.0}
@@ -227,7 +228,7 @@ def test_a_message_the_harness_cannot_use_ends_the_episode_as_the_tasks_error(tm
             yield Item(id="in-the-opening", history=(), query=Message("user", "10"), answer="9")
 
         def episode(self, item, user):
-            return _ToolRoleEpisode("tool" if item.id == "in-the-opening" else "user")
+            return _ToolRoleEpisode("function" if item.id == "in-the-opening" else "user")
 
     plugin = types.SimpleNamespace(register_tasks=hookimpl(lambda register: register(ToolRoleTask)))
     with FaultServer() as server:
@@ -253,5 +254,5 @@ def test_a_message_the_harness_cannot_use_ends_the_episode_as_the_tasks_error(tm
             "tool-role",
             "tool-role-test",
         )
-    assert "unknown roles ['tool']" in rows["in-a-step"]["cause"] and "turn 0" in rows["in-a-step"]["cause"]
-    assert "unknown role 'tool'" in rows["in-the-opening"]["cause"] and "turn 0" in rows["in-the-opening"]["cause"]
+    assert "unknown roles ['function']" in rows["in-a-step"]["cause"] and "turn 0" in rows["in-a-step"]["cause"]
+    assert "unknown role 'function'" in rows["in-the-opening"]["cause"] and "turn 0" in rows["in-the-opening"]["cause"]

@@ -13,7 +13,7 @@ from typing import Any
 from ..cell import CellLog
 from ..episodes import EPISODE_LOG, EpisodicTask, JudgeChannel, Step, UserChannel, exchange_of, split_exchange
 from ..events import EpisodeSummary, EpisodeTurn, Error, Result, Terminal, Violation
-from ..messages import Item, Message
+from ..messages import TOOL_CALL_ID, TOOL_CALLS, Item, Message
 from ..sandbox import (
     Deadline,
     PluginFailure,
@@ -57,11 +57,18 @@ class WithEpisode:
         return {**self.event.row(), "episode": self.episode}
 
 
-def fabricated(prompt: Sequence[Message], happened: set[tuple[str, str, tuple[str, str]]]) -> str | None:
+def produced(message: Message, mark: tuple[str, str]) -> tuple[Any, ...]:
+    """What identifies a marked message the episode produced: role, text, mark, and the native
+    tool-call fields ``to_chat`` sends (so a strategy cannot alter a call or its id either)."""
+    meta = message.metadata
+    return (message.role, message.content, mark, meta.get(TOOL_CALLS), meta.get(TOOL_CALL_ID))
+
+
+def fabricated(prompt: Sequence[Message], happened: set[tuple[Any, ...]]) -> str | None:
     """Which marked message of ``prompt`` is no exchange the episode produced, or None."""
     for index, message in enumerate(prompt):
         mark = exchange_of(message)
-        if mark and (message.role, message.content, mark) not in happened:
+        if mark and produced(message, mark) not in happened:
             return f"message {index} ({mark[1]} of tool exchange {mark[0]!r})"
     return None
 
@@ -106,9 +113,9 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
         agent = replace(services, counter=services.counter.with_tools(tools)) if tools else services
         end_reason = "max_turns"
         episode_deadline = Deadline(task.time_limit())
-        happened: set[tuple[str, str, tuple[str, str]]] = set()  # the exchanges this episode produced
+        happened: set[tuple[Any, ...]] = set()  # the exchanges this episode produced
         for turn in range(task.turn_limit()):
-            happened |= {(m.role, m.content, mark) for m in history if (mark := exchange_of(m))}
+            happened |= {produced(m, mark) for m in history if (mark := exchange_of(m))}
             if episode_deadline.expired():
                 cell.fail(
                     "episode",

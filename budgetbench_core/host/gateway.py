@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..backends import Completion, GenerationParams
-from ..messages import ROLES, Message
+from ..messages import CHAT_ROLES, Message
 
 PHASES = ("write", "read", "answer", "aux", "judge", "user")
 MAX_BODY = 64 * 1024 * 1024  # a 1M-token prompt is ~4 MB of JSON
@@ -388,8 +388,10 @@ def _messages(value: Any) -> tuple[Message, ...]:
     for index, entry in enumerate(value):
         role = entry.get("role") if isinstance(entry, dict) else None
         content = entry.get("content") if isinstance(entry, dict) else None
-        if role not in ROLES:
-            raise _Refusal(400, "invalid", f"messages[{index}].role must be one of {', '.join(ROLES)}, got {role!r}")
+        if role not in CHAT_ROLES:
+            raise _Refusal(
+                400, "invalid", f"messages[{index}].role must be one of {', '.join(CHAT_ROLES)}, got {role!r}"
+            )
         if not isinstance(content, str):
             raise _Refusal(
                 400,

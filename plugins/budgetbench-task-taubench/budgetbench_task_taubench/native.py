@@ -17,6 +17,9 @@ from typing import Any
 
 from pydantic import Field, create_model
 
+from budgetbench_core import Message
+from budgetbench_core.messages import TOOL_CALL_ID, TOOL_CALLS
+
 from .actions import AGENT_INSTRUCTION, RESPOND, Action, InvalidAction
 from .toolkit import Toolkit
 
@@ -67,6 +70,33 @@ def native_actions(reply: str, tool_calls: list[dict[str, Any]]) -> tuple[Action
     return (Action(RESPOND, {"content": reply}),)
 
 
-def calls_text(actions: tuple[Action, ...]) -> str:
-    """The agent's tool calls as the text of its history message: one JSON call a line."""
-    return "\n".join(json.dumps({"name": a.name, "arguments": a.arguments}, ensure_ascii=False) for a in actions)
+def call_ids(tool_calls: list[dict[str, Any]], turn: int) -> list[str]:
+    """Each call's id: the model's (the backend's), else one made from the turn and position."""
+    return [str(call.get("id") or f"call_{turn}_{index}") for index, call in enumerate(tool_calls)]
+
+
+def native_exchange(
+    mark: dict[str, Any], reply: str, calls: list[tuple[str, str, str]], results: list[tuple[str, bool]]
+) -> tuple[Message, ...]:
+    """One tool exchange as upstream sends it (``to_litellm_messages``): the assistant message
+    with its text and ``tool_calls`` (``{"id", "name", "function": {"name", "arguments"}, "type":
+    "function"}``, arguments as JSON text), then one ``tool`` message per call with its
+    ``tool_call_id`` and result. ``calls`` are (id, name, arguments text), ``results`` (content,
+    error) in the same order. The exchange mark keeps them together under every strategy."""
+    wire = [
+        {"id": id_, "name": name, "function": {"name": name, "arguments": arguments}, "type": "function"}
+        for id_, name, arguments in calls
+    ]
+    head = Message(
+        "assistant", reply, {**mark, "exchange_part": "call", TOOL_CALLS: json.dumps(wire, ensure_ascii=False)}
+    )
+    tails = [
+        Message("tool", content, {**mark, "exchange_part": "result", "error": error, TOOL_CALL_ID: id_})
+        for (id_, _, _), (content, error) in zip(calls, results, strict=True)
+    ]
+    return (head, *tails)
+
+
+def arguments_text(arguments: dict[str, Any]) -> str:
+    """A call's arguments as upstream re-sends them: ``json.dumps`` with its defaults."""
+    return json.dumps(arguments)

@@ -53,7 +53,7 @@ from .actions import (
 from .domain import DOMAINS, Domain, TaskRecord, load_domain
 from .grading import grade, initial_environment, initial_events
 from .judging import judge_assertions
-from .native import calls_text, native_actions, native_system_prompt, tool_schemas
+from .native import arguments_text, call_ids, native_actions, native_exchange, native_system_prompt, tool_schemas
 from .users import STOP_TOKENS, LLMUser, ScriptedUser
 
 GREETING = "Hi! How can I help you today?"  # upstream's first agent message
@@ -97,7 +97,15 @@ class TauEpisode(Episode):
         """The task's initial message history (mock), in the action format."""
         out: list[Message] = []
         for index, event in enumerate(self.events):
-            if "tool_call" in event:
+            if "tool_call" in event and self.tools:  # native: the call and its result as upstream sends them
+                call = event["tool_call"]
+                answer = self.events[index + 1] if index + 1 < len(self.events) else {"content": "", "error": False}
+                mark = {"exchange": f"h{index}", "session_id": f"h{index}"}
+                calls = [(f"h{index}", call["name"], arguments_text(call["arguments"]))]
+                out.extend(native_exchange(mark, "", calls, [(answer["content"], bool(answer.get("error")))]))
+            elif event["role"] == "tool" and self.tools:
+                continue  # sent with its call
+            elif "tool_call" in event:
                 call = event["tool_call"]
                 out.append(
                     Message(
@@ -196,11 +204,12 @@ class TauEpisode(Episode):
         try:
             actions = native_actions(reply, tool_calls or []) if self.tools else parse_reply(reply)
         except InvalidAction as exc:
-            shown = json.dumps(tool_calls, ensure_ascii=False) if tool_calls else reply  # the history needs text
-            return self._tool_error(turn, shown, f"Error: invalid action: {exc}")
+            if self.tools and tool_calls:  # the calls as the model made them, each answered by the error
+                return self._native_error(turn, reply, tool_calls, f"Error: invalid action: {exc}")
+            return self._tool_error(turn, reply, f"Error: invalid action: {exc}")
         if actions[0].name == RESPOND:
             return self._message(turn, reply, actions[0].arguments["content"])
-        return self._tools(turn, calls_text(actions) if self.tools else reply, actions)
+        return self._tools(turn, reply, actions, call_ids(tool_calls, turn) if self.tools and tool_calls else None)
 
     def _message(self, turn: int, reply: str, content: str) -> Step:
         self.events.append({"role": "assistant", "content": content})
@@ -216,7 +225,7 @@ class TauEpisode(Episode):
         heard = Message("user", answer, {"session_id": f"turn-{turn + 1}", "kind": "user"})
         return Step((said, heard), done=self.ended is not None, record={"kind": "message", "user": answer})
 
-    def _tools(self, turn: int, reply: str, actions: tuple[Action, ...]) -> Step:
+    def _tools(self, turn: int, reply: str, actions: tuple[Action, ...], ids: list[str] | None = None) -> Step:
         results = []
         for action in actions:
             self.events.append({"role": "assistant", "tool_call": {"name": action.name, "arguments": action.arguments}})
@@ -228,13 +237,18 @@ class TauEpisode(Episode):
         self.steps += 1  # the environment's answer: one step for the batch, as upstream
         done = self._limit()
         mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": actions[0].name}
-        text = "\n\n".join(_result_text(a.name, r.content) for a, r in results)
         error = any(r.error for _, r in results)
-        return Step(
-            (
+        if ids is not None:  # native: the assistant's tool_calls and a tool message per call, as upstream
+            calls = [(i, a.name, arguments_text(a.arguments)) for i, (a, _) in zip(ids, results, strict=True)]
+            messages = native_exchange(mark, reply, calls, [(r.content, r.error) for _, r in results])
+        else:
+            text = "\n\n".join(_result_text(a.name, r.content) for a, r in results)
+            messages = (
                 Message("assistant", reply, {**mark, "exchange_part": "call"}),
                 Message("user", text, {**mark, "exchange_part": "result", "error": error}),
-            ),
+            )
+        return Step(
+            messages,
             done=done,
             tool_error=error,
             record={
@@ -244,6 +258,22 @@ class TauEpisode(Episode):
                     for a, r in results
                 ],
             },
+        )
+
+    def _native_error(self, turn: int, reply: str, tool_calls: list[dict[str, Any]], text: str) -> Step:
+        """Native calls that could not be run (arguments not a JSON object): the calls as made,
+        each answered by ``text`` in its tool message."""
+        self.errors += 1
+        self.steps += 1
+        done = self._limit()
+        mark = {"exchange": f"t{turn}", "session_id": f"exchange-{turn}", "tool": None}
+        ids = call_ids(tool_calls, turn)
+        calls = [(i, str(c["name"]), str(c["arguments"] or "")) for i, c in zip(ids, tool_calls, strict=True)]
+        return Step(
+            native_exchange(mark, reply, calls, [(text, True)] * len(calls)),
+            done=done,
+            tool_error=True,
+            record={"kind": "invalid_action", "content": text},
         )
 
     def _tool_error(self, turn: int, reply: str, text: str) -> Step:

@@ -13,7 +13,8 @@ from budgetbench_task_taubench.domain import DOMAINS
 from budgetbench_task_taubench.native import native_actions, tool_schemas
 from budgetbench_task_taubench.task import TauBench
 
-from budgetbench_core import final_rows
+from budgetbench_core import Message, final_rows, keep_exchanges
+from budgetbench_core.episodes import split_exchange
 from budgetbench_core.testing import invoke_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,10 +67,99 @@ def test_a_native_episode_runs_the_calls_and_keeps_them_for_playback():
     call = {"id": "c1", "name": gold.name, "arguments": json.dumps(gold.arguments)}
     step = episode.step("", [call])
     assert step.record["kind"] == "tool" and step.record["tool_calls"] == [call]
-    assert json.loads(step.messages[0].content) == {"name": gold.name, "arguments": gold.arguments}
-    assert step.messages[1].content.startswith(f"Tool {gold.name} returned:\n")
+    head, tail = step.messages  # as upstream's to_litellm_messages: tool_calls, then a tool message per call
+    assert head.to_chat() == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "name": gold.name,
+                "function": {"name": gold.name, "arguments": json.dumps(gold.arguments)},
+                "type": "function",
+            }
+        ],
+    }
+    assert tail.to_chat() == {"role": "tool", "content": step.record["calls"][0]["content"], "tool_call_id": "c1"}
     said = episode.step("Thank you, one moment.", [])
     assert said.record["kind"] == "message" and said.messages[0].content == "Thank you, one moment."
+
+
+@needs_data
+def test_several_calls_in_one_reply_are_one_exchange_kept_whole_or_not_at_all():
+    task = TauBench(domain="retail", split="base", path=str(DATA / "retail"), user="scripted", tools="native")
+    item = next(i for i in task.load(None, 0) if i.id == "0")
+    episode = task.episode(item, user=None)
+    opening = episode.opening()
+    calls = [
+        {"id": "", "name": "list_all_product_types", "arguments": "{}"},
+        {"id": "x", "name": "find_user_id_by_email", "arguments": '{"email": "nobody@example.com"}'},
+    ]
+    step = episode.step("Let me look.", calls)
+    head, *results = step.messages
+    assert [m.role for m in results] == ["tool", "tool"] and step.tool_error  # the second call found no user
+    ids = [c["id"] for c in head.to_chat()["tool_calls"]]
+    assert ids == [r.metadata["tool_call_id"] for r in results] and ids[0].startswith("call_") and ids[1] == "x"
+    assert head.to_chat()["content"] == "Let me look." and results[1].to_chat()["tool_call_id"] == "x"
+    history = [*opening, head, results[0]]  # the next query is the last result
+    query = results[1]
+    assert keep_exchanges(history, history, query) == history
+    assert keep_exchanges(history[:-1], history, query) == history  # the exchange is completed before its query
+    assert keep_exchanges([m for m in history if m is not head], history, query)[-2:] == [head, results[0]]
+    later = [*history, query, Message("assistant", "Done.")]
+    assert keep_exchanges([m for m in later if m is not results[0]], later, Message("user", "ok")) == [
+        *opening,
+        later[-1],
+    ]  # a call with one of its two results is dropped whole
+    assert split_exchange([*opening, head, results[0], later[-1]]) and split_exchange([*opening, results[1]])
+    assert split_exchange([*opening, head, *results, later[-1]]) is None
+
+
+@needs_data
+def test_native_invalid_arguments_are_answered_in_each_calls_tool_message():
+    task = TauBench(domain="retail", split="base", path=str(DATA / "retail"), user="scripted", tools="native")
+    episode = task.episode(next(i for i in task.load(None, 0) if i.id == "0"), user=None)
+    episode.opening()
+    step = episode.step("", [{"id": "k", "name": "get_user_details", "arguments": '{"user_id": '}])
+    head, tail = step.messages
+    assert step.tool_error and step.record["kind"] == "invalid_action"
+    assert head.to_chat()["tool_calls"][0]["function"]["arguments"] == '{"user_id": '
+    assert tail.role == "tool" and tail.to_chat()["tool_call_id"] == "k" and "not valid JSON" in tail.content
+
+
+@needs_data
+@pytest.mark.slow
+def test_native_history_with_tool_calls_is_counted_as_served(tmp_path):
+    """The mock task whose history holds a tool call and its result: every agent prompt carries an
+    assistant message with ``tool_calls`` and a ``tool`` message, counted as the server counts them."""
+    data = tmp_path / "mock"
+    data.mkdir()
+    for name in ("db.json", "policy.md"):
+        (data / name).write_text((DATA / "mock" / name).read_text())
+    wanted = "update_task_with_message_history"
+    tasks = [t for t in json.loads((DATA / "mock" / "tasks.json").read_text()) if t["id"] == wanted]
+    (data / "tasks.json").write_text(json.dumps(tasks))
+    (data / "split_tasks.json").write_text(json.dumps({"base": [wanted]}))
+    out = tmp_path / "run"
+    result = invoke_cli(
+        "run",
+        "-t",
+        "tau-bench",
+        *("--task-option", "domain=mock", "--task-option", "user=scripted", "--task-option", "tools=native"),
+        *("--task-option", f"path={data}", "--task-option", "max_turns=2"),
+        *("-s", "truncation", "-b", "2048", "-n", "1", "--max-output-tokens", "48", "--timeout", "900"),
+        *("--out", str(out)),
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = final_rows(out).values()
+    assert row["event"] == "result" and row["episode"]["served_counts_match"] is True
+    turns = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert turns and all(t["served_prompt_tokens"] == t["prompt_tokens"] for t in turns)
+    audits = [json.loads(line) for path in (out / "cells").rglob("*.jsonl") for line in path.read_text().splitlines()]
+    first = next(a for a in audits if a["event"] == "prompt_audit")
+    roles = [m["role"] for m in first["messages"]]
+    assert "tool" in roles and roles[roles.index("tool") - 1] == "assistant"
+    assert json.loads(first["messages"][roles.index("tool") - 1]["metadata"]["tool_calls"])[0]["name"] == "create_task"
 
 
 @needs_data
