@@ -10,7 +10,9 @@ any arm failed to ingest is left out of every arm's file and listed; other error
 (a model call that failed after its retries) are left out of their own cell and listed.
 ``summary.json`` holds per-type, task-averaged, overall and abstention accuracy with
 Wilson intervals, computed from the run's own grades. A prompts-only run (``--prompts-only``)
-has no hypotheses: it is refused, and nothing is written.
+has no hypotheses: it is refused, and nothing is written. So is a run directory that does not
+verify (``budgetbench_core.read_run``: an edited, truncated or forged cell file), naming the
+file and line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from budgetbench_core import final_rows, hookimpl, read_manifest
+from budgetbench_core import hookimpl, read_run
 
 from .loader import QUESTION_TYPES
 from .metrics import summarize
@@ -52,14 +54,12 @@ def ingest_drops(rows: dict[tuple, dict[str, Any]]) -> dict[str, list[dict[str, 
 def export(run_dir: Path, out: Path, task: str = "longmemeval") -> dict[str, Any]:
     """Write the hypothesis files and summary.json under ``out``; return the summary."""
     run_dir, out = Path(run_dir), Path(out)
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise ValueError(f"{run_dir / 'manifest.json'}: missing; is {run_dir} a budgetbench run directory?")
-    rows = {key: row for key, row in final_rows(run_dir).items() if key[0] == task}
+    read = read_run(run_dir)  # verified first: an edited run is refused naming the file and line (RunReadError)
+    manifest = read.manifest
+    rows = {key: row for key, row in read.rows.items() if key[0] == task}
     if not rows:
         raise ValueError(
-            f"{run_dir}: no {task!r} rows to export (tasks in this run: "
-            f"{sorted({k[0] for k in final_rows(run_dir)}) or 'none'})"
+            f"{run_dir}: no {task!r} rows to export (tasks in this run: {sorted({k[0] for k in read.rows}) or 'none'})"
         )
     if (manifest.get("config") or {}).get("prompts_only") or any(row["event"] == "admitted" for row in rows.values()):
         raise ValueError(

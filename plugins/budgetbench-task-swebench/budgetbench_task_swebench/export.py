@@ -3,7 +3,8 @@
 The official evaluation takes one prediction per instance, so every (strategy, budget,
 repeat) becomes its own file of ``{instance_id, model_name_or_path, model_patch}`` lines.
 A violation (prompt over budget, never sent) is exported with an empty patch, so it counts
-as unresolved as it counts 0 here; an error row has no prediction and is left out and listed.
+as unresolved as it counts 0 here; an error row has no prediction and is left out and listed. The run directory is verified first
+(``budgetbench_core.read_run``): one that was edited is refused, naming the file and line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from budgetbench_core import final_rows, read_manifest
+from budgetbench_core import read_run
 
 TASK = "swebench-verified"
 EVALUATE = (
@@ -40,12 +41,10 @@ def _safe(text: str) -> str:
 
 
 def export_predictions(run_dir: Path, out_dir: Path) -> list[ExportedCell]:
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no manifest.json)")
-    model = str(manifest.get("config", {}).get("model", "model"))
+    read = read_run(run_dir)  # verified first: an edited run is refused naming the file and line (RunReadError)
+    model = str(read.manifest.get("config", {}).get("model", "model"))
     cells: dict[tuple[str, int, int], list[dict]] = {}
-    for (task, strategy, budget, repeat, _), row in final_rows(run_dir).items():
+    for (task, strategy, budget, repeat, _), row in read.rows.items():
         if task == TASK:
             cells.setdefault((strategy, budget, repeat), []).append(row)
     if not cells:
