@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 TERMINAL_EVENTS = ("result", "violation", "error", "admitted")
 FINAL_EVENTS = ("result", "violation")  # a resumed full run keeps these; a prompts-only run also keeps `admitted`
 
@@ -101,6 +101,12 @@ class PromptAudit(CellEvent):
         "sha256 of the canonical chat messages (role and content) that were counted and would be sent"
     )
     prompt_tokens: int = doc("exact token count of the rendered canonical prompt, chat template included")
+    tools_tokens: int | None = doc(
+        "of `prompt_tokens`, the tool block: the count with the tool schemas the call sends (native tool "
+        "calls) minus the count of the same messages without them, both as the served template renders "
+        "them; null when the call sends no tool schemas (and in runs before schema_version 4)",
+        None,
+    )
     messages: list[dict[str, Any]] = doc("the canonical prompt, each `{role, content, metadata}`")
     metadata_dropped: list[str] = doc(
         "paths of message metadata that were not JSON-safe and were left out", factory=list
@@ -396,8 +402,10 @@ def _unchanged(row: dict[str, Any]) -> dict[str, Any]:
 # How a row of an older schema_version becomes a row of the next one: ``version -> (next, step)``.
 # Version 3 added only the per-line `chain` (dropped on reading), `integrity.json` and `items.jsonl`,
 # so a version 2 row is a version 3 row. Version 1 rows have no `run_key`, which no step can invent.
+# Version 4 added `prompt_audit.tools_tokens` (null when absent, as in every version 3 run).
 MIGRATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "2": ("3", _unchanged),
+    "3": ("4", _unchanged),
 }
 
 

@@ -282,6 +282,7 @@ class PromptCounter:
         self._lock = threading.Lock()
         self._base: int | None = None
         self._with_tools: dict[str, PromptCounter] = {}
+        self.without_tools: PromptCounter | None = None  # on a ``with_tools`` counter: the one it was made from
 
     @property
     def info(self) -> TokenizerInfo:
@@ -294,6 +295,7 @@ class PromptCounter:
             counter = self._with_tools.get(tools)
             if counter is None:
                 counter = self._with_tools[tools] = PromptCounter(WithTools(self.tokenizer, tools))
+                counter.without_tools = self
         return counter
 
     def count(self, messages: Sequence[Message]) -> int:

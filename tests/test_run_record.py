@@ -101,7 +101,7 @@ def test_a_row_of_every_kind_reads_back_as_its_class(tmp_path):
     ("change", "message"),
     [
         ({"event": "resultt"}, "unknown event kind 'resultt'"),
-        ({"verdikt": {}}, "field(s) ['verdikt'] that schema_version 3 lacks"),
+        ({"verdikt": {}}, "field(s) ['verdikt'] that schema_version 4 lacks"),
         ({"episode": {"rewards": 1}}, "not an episode summary"),
     ],
 )
@@ -123,11 +123,17 @@ def test_a_row_missing_a_field_is_refused(tmp_path):
 
 def test_a_run_of_an_unknown_or_newer_schema_is_refused_and_an_older_one_migrated(tmp_path):
     path = written(tmp_path, [e.row() for e in one_of_each()])
-    with pytest.raises(SchemaError, match=rf"{path}: schema_version '4' is newer .* upgrade budgetbench"):
-        list(read_rows(path, "4"))
-    with pytest.raises(SchemaError, match=r"schema_version '1' cannot be read \(this budgetbench reads 2, 3\)"):
+    with pytest.raises(SchemaError, match=rf"{path}: schema_version '5' is newer .* upgrade budgetbench"):
+        list(read_rows(path, "5"))
+    with pytest.raises(SchemaError, match=r"schema_version '1' cannot be read \(this budgetbench reads 2, 3, 4\)"):
         list(read_rows(path, "1"))
     assert [e.row() for e in read_rows(path, "2")] == [e.row() for e in read_rows(path)]
+    assert [e.row() for e in read_rows(path, "3")] == [e.row() for e in read_rows(path)]
+    audit = events.PromptAudit(**CELL, prompt_hash="h", prompt_tokens=9, messages=[], tools_tokens=4).row()
+    assert audit["tools_tokens"] == 4
+    del audit["tools_tokens"]  # as a version 3 run wrote it
+    (read,) = read_rows(written(tmp_path / "v3", [audit]), "3")
+    assert isinstance(read, events.PromptAudit) and read.tools_tokens is None
 
 
 def test_the_schema3_run_reads_typed_and_a_newer_manifest_is_refused_by_the_report(tmp_path):
@@ -173,9 +179,9 @@ def test_the_schema3_manifest_reads_typed_as_written():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"schema_version": "4"}, r"schema_version '4' is newer than this budgetbench reads \(3\)"),
+        ({"schema_version": "5"}, r"schema_version '5' is newer than this budgetbench reads \(4\)"),
         ({"schema_version": "zz"}, r"schema_version 'zz' cannot be read"),
-        ({"colour": "red"}, r"field\(s\) \['colour'\] that a manifest of schema_version 3 lacks"),
+        ({"colour": "red"}, r"field\(s\) \['colour'\] that a manifest of schema_version 4 lacks"),
     ],
 )
 def test_a_manifest_of_a_newer_schema_or_an_unknown_field_is_refused_naming_it(tmp_path, change, message):

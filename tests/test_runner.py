@@ -59,7 +59,7 @@ def test_full_context_over_budget_is_a_violation_and_never_sent(finished_run):
 def test_manifest_records_versions_model_and_tokenizer(finished_run):
     out, _ = finished_run
     manifest = read_manifest(out)
-    assert manifest["schema_version"] == "3" and manifest["run_key"]
+    assert manifest["schema_version"] == "4" and manifest["run_key"]
     assert manifest["tokenizer"]["exact"] is True and manifest["tokenizer"]["backend"] == "llama.cpp-server"
     assert manifest["versions"]["budgetbench"]
     assert manifest["plugins_used"]["strategy:truncation"]["distribution"] == "budgetbench"

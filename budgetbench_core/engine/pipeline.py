@@ -125,14 +125,19 @@ def build_prompt(
         cell.strategy_s = time.monotonic() - started
         return prompt, dropped, copied
 
+    def counted(built: tuple[tuple[Message, ...], list[str], Any]) -> tuple[Gated, int | None]:
+        gated = admit(built[0], budget, services.counter, built[1])
+        plain = services.counter.without_tools  # set on the counter of calls that send tool schemas
+        return gated, None if plain is None else gated.tokens - plain.count(gated.prompt)
+
     started = time.monotonic()
     try:  # one handoff: the strategy's call, then the tokenizer's (each with its own deadline and blame)
-        (prompt, dropped, audit), gated = contained_stages(
+        (prompt, dropped, audit), (gated, tools_tokens) = contained_stages(
             Stage("strategy", services.strategies.ref(name), lambda _: apply(), deadline),
             Stage(
                 "counting",
                 services.tokenizer_ref,
-                lambda built: (built, admit(built[0], budget, services.counter, built[1])),
+                lambda built: (built, counted(built)),
                 float(services.settings.item_timeout_s),
             ),
         )
@@ -182,6 +187,7 @@ def build_prompt(
         call=call,
         prompt_hash=gated.prompt_hash,
         prompt_tokens=gated.tokens,
+        tools_tokens=tools_tokens,
         messages=gated.messages(),
         metadata_dropped=dropped,
         strategy_audit=audit if isinstance(audit, dict) else {},

@@ -156,7 +156,12 @@ def test_native_history_with_tool_calls_is_counted_as_served(tmp_path):
     turns = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert turns and all(t["served_prompt_tokens"] == t["prompt_tokens"] for t in turns)
     audits = [json.loads(line) for path in (out / "cells").rglob("*.jsonl") for line in path.read_text().splitlines()]
-    first = next(a for a in audits if a["event"] == "prompt_audit")
+    prompts = [a for a in audits if a["event"] == "prompt_audit"]
+    first = prompts[0]
+    # the tool block's share of every counted prompt: the same block each call, a part of the whole
+    schemas = sum(len(json.dumps(s)) for s in TauBench(domain="mock", path=str(data), tools="native").tool_schemas())
+    assert all(a["tools_tokens"] == first["tools_tokens"] for a in prompts)
+    assert schemas // 8 < first["tools_tokens"] < first["prompt_tokens"]
     roles = [m["role"] for m in first["messages"]]
     assert "tool" in roles and roles[roles.index("tool") - 1] == "assistant"
     assert json.loads(first["messages"][roles.index("tool") - 1]["metadata"]["tool_calls"])[0]["name"] == "create_task"
