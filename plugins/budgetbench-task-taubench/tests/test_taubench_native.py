@@ -35,6 +35,31 @@ def test_every_tool_is_an_openai_function_with_its_signatures_schema(domain):
             assert parameters["properties"][name]["description"] == text
 
 
+UPSTREAM = json.loads((Path(__file__).resolve().parent / "data" / "upstream_tool_schemas.json").read_text())
+
+
+def _toolkits():
+    from budgetbench_task_taubench.telecom_user import TelecomUserTools
+
+    return {**{d: DOMAINS[d][1] for d in ("retail", "airline", "telecom")}, "telecom_user": TelecomUserTools}
+
+
+@pytest.mark.parametrize("toolkit", ["retail", "airline", "telecom", "telecom_user"])
+def test_the_schemas_have_upstreams_tools_parameters_and_required_arguments(toolkit):
+    """Against upstream's own ``Tool.openai_schema`` output at the pinned commit (fixture made by
+    benchmarks/taubench_upstream_schemas.py): the same tools, each with the same parameters in
+    the same order and the same required ones. Texts, enums and nested models are not yet
+    upstream's (docs/plugins/taubench.md lists them)."""
+    upstream = UPSTREAM[toolkit]
+    ours = {s["function"]["name"]: s["function"] for s in tool_schemas(_toolkits()[toolkit])}
+    assert set(ours) == set(upstream) and len(upstream) >= 13
+    for name, schema in upstream.items():
+        theirs, mine = schema["function"]["parameters"], ours[name]["parameters"]
+        assert list(mine["properties"]) == list(theirs["properties"]), name
+        assert sorted(mine.get("required", [])) == sorted(theirs.get("required", [])), name
+        assert schema["type"] == "function" and mine["title"] == theirs["title"] == "parameters"
+
+
 def test_tool_calls_are_the_actions_and_text_alone_is_a_message():
     calls = [
         {"id": "a", "name": "get_user_details", "arguments": '{"user_id": "u1"}'},
