@@ -253,13 +253,14 @@ class EventLog:
         self._run_id = ""
         self._key = b""
 
-    def open(self) -> None:
+    def open(self, what: str = "append to") -> None:
         """Verify what the directory holds and take up its chains (the first ``append`` does it
-        too; calling it first refuses a tampered directory before any work is done)."""
+        too; calling it first refuses a tampered directory before any work is done: the runner
+        does on a resume, ``what`` naming that in the refusal)."""
         with self._lock:
-            self._open()
+            self._open(what)
 
-    def _open(self) -> None:
+    def _open(self, what: str = "append to") -> None:
         if self._chains is not None:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -270,7 +271,7 @@ class EventLog:
             return
         found = verify_run(self.run_dir)
         if not found.ok or found.key is None or found.run_id is None:
-            raise IntegrityError(found.refusal("append to"))
+            raise IntegrityError(found.refusal(what))
         self._run_id, self._key, self._chains = found.run_id, found.key, found.chains
 
     def append(self, event: dict[str, Any], path: Path | None = None) -> None:

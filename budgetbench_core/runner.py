@@ -41,6 +41,7 @@ from .failfast import FailFast
 from .gate import AuxiliaryBudgetError
 from .host.pricing import PriceError, price_for
 from .identity import data_hashes, run_key
+from .integrity import chained_files, read_record
 from .plugins import PluginError, Registry, get_registry
 from .run_config import (
     DEFAULT_BUDGETS,
@@ -274,6 +275,11 @@ class Run:
             run_identity = identity(config, plugins, tokenizer, data_files)
             key = run_key(run_identity)
             repair_torn_tails(self.run_dir)
+            log = EventLog(self.run_dir)
+            if read_record(self.run_dir) is not None or chained_files(self.run_dir):
+                # A resume reads which cells are done from the directory: verify it first, so an
+                # edited or forged row is refused (naming file and line) before it decides anything.
+                log.open("resume")
             done = self._done = finished_cells(self.run_dir, key, previous, run_identity, config.prompts_only)
             cache = ResponseCache(self.run_dir / "cache.sqlite")
             model_callers = callers(
@@ -304,7 +310,6 @@ class Run:
                 ],
             )
             write_json_atomic(self.run_dir / "manifest.json", record.to_dict())
-            log = EventLog(self.run_dir)
             services = CellServices.assemble(
                 config,
                 plugins,

@@ -29,25 +29,32 @@ def keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def honest(tmp_path_factory, keys) -> Path:
-    out = tmp_path_factory.mktemp("read-run") / "run"
+def server():
     with FaultServer() as server:
-        run(
-            RunConfig(
-                out=out,
-                api_base=server.url,
-                model="openai/fault-model",
-                tokenizer="tiktoken:cl100k_base",
-                task="synthetic-memory",
-                task_options={"items": 3, "history_tokens": 300},
-                strategies=["truncation", "recency"],
-                budgets=[60, 400],
-                seed=3,
-                max_concurrency=1,
-                retries=0,
-                timeout_s=10.0,
-            )
-        )
+        yield server
+
+
+def _config(out: Path, server: FaultServer) -> RunConfig:
+    return RunConfig(
+        out=out,
+        api_base=server.url,
+        model="openai/fault-model",
+        tokenizer="tiktoken:cl100k_base",
+        task="synthetic-memory",
+        task_options={"items": 3, "history_tokens": 300},
+        strategies=["truncation", "recency"],
+        budgets=[60, 400],
+        seed=3,
+        max_concurrency=1,
+        retries=0,
+        timeout_s=10.0,
+    )
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory, keys, server) -> Path:
+    out = tmp_path_factory.mktemp("read-run") / "run"
+    run(_config(out, server))
     return out
 
 
@@ -124,3 +131,26 @@ def test_what_is_not_a_run_directory_is_refused_by_name(tmp_path, honest):
         read_run(target)
     with pytest.raises(ValueError, match="not run-level logs"):
         read_run(honest, logs=("cells",))
+
+
+@pytest.mark.parametrize("tamper", [byte_changed, row_forged], ids=lambda t: t.__name__)
+def test_a_resume_of_an_edited_run_is_refused_before_it_decides_anything(tmp_path, honest, server, tamper):
+    """Resuming reads which cells are done from the directory: an edited one is refused up front
+    (before, a finished run resumed silently on its edited rows, and the run's summary showed them)."""
+    target = tmp_path / "run"
+    shutil.copytree(honest, target)
+    path, line = tamper(target)
+    before = (len(server.requests), path.read_bytes())
+    with pytest.raises(ValueError, match="refusing to resume a run directory that does not verify") as refused:
+        run(_config(target, server))
+    assert f"{path}: line {line} " in str(refused.value)
+    assert (len(server.requests), path.read_bytes()) == before  # no call made, nothing appended
+
+
+def test_a_resume_of_an_unedited_run_makes_no_call(tmp_path, honest, server):
+    target = tmp_path / "run"
+    shutil.copytree(honest, target)
+    calls = len(server.requests)
+    summary = run(_config(target, server))
+    assert summary.cells_skipped == 12 and len(server.requests) == calls
+    assert len(read_run(target).rows) == 12
