@@ -252,6 +252,16 @@ class Registry:
             self._index = plugin_index([ep for ep, _ in self._pending])
         return self._index
 
+    def entry_points_for(self, kind: str, name: str) -> list[str] | None:
+        """The entry points a process must import to find ``name`` with every hook wrapper, from the
+        index; None when no pending entry point registers it. A plugin worker given these imports
+        only them and builds no index of its own (its HOME is a fresh scratch folder: no index cache)."""
+        if not self._pending:
+            return None
+        index = self.index()
+        entry = index["names"].get(kind, {}).get(name)
+        return sorted({entry, *index["wrappers"]}) if entry else None
+
     def _load_for(self, kind: str, name: str) -> None:
         """Import only the entry point that registers ``name``, with the plugins that wrap hooks
         (all of them if the index does not know it: an unknown name then lists everything)."""

@@ -39,11 +39,13 @@ class StrategyPool:
         return self.config.strategy_params.get(name, {})
 
     def _source(self, name: str) -> Source:
-        """None for a strategy installed as an entry point (its worker finds it the same way);
-        for one registered by code in this process (tests), where its worker imports it from."""
+        """For a strategy installed as an entry point, the entry points its worker imports (its
+        own and the hook wrappers); for one registered by code in this process (tests), where its
+        worker imports it from."""
         registered = self.plugins.registry.registered("strategy", name)
         if registered is None:
-            return None
+            entry_points = self.plugins.registry.entry_points_for("strategy", name)
+            return {"entry_points": entry_points} if entry_points else None
         return strategy_source(registered.obj, registered.plugin.distribution, registered.plugin.version)
 
     def _creation_error(self, name: str, distribution: str | None, cause: Any) -> PluginError:

@@ -29,8 +29,9 @@ _INHERITED_PREFIXES = ("LC_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", 
 
 
 Source = dict[str, Any] | None
-"""Where a worker finds a strategy registered in the harness by code (``strategy_source``);
-None: by its entry point, as installed."""
+"""Where a worker finds its strategy: the module of one registered in the harness by code
+(``strategy_source``); ``{"entry_points": [...]}``, the installed entry points to import (the
+harness's index named them); None: by its entry point, looked up in an index of its own."""
 
 
 def strategy_source(cls: Any, distribution: str, version: str) -> dict[str, Any]:

@@ -137,11 +137,14 @@ class Host:
         from ..plugins import Registry
 
         self.scratch = Path(frame["scratch"])
-        source = frame.get("source")
-        if source:  # registered in the harness by code, not by an entry point (tests, notebooks)
+        source = frame.get("source") or {}
+        if "module" in source:  # registered in the harness by code, not by an entry point (tests, notebooks)
             cls, plugin = _load_class(source), source
         else:
-            registered = Registry.discover().get("strategy", frame["name"])
+            registry = Registry.discover()
+            if source.get("entry_points"):  # the harness's index named them: no index built here
+                registry.load(set(source["entry_points"]))
+            registered = registry.get("strategy", frame["name"])
             cls, plugin = (
                 registered.obj,
                 {"distribution": registered.plugin.distribution, "version": registered.plugin.version},
