@@ -17,7 +17,7 @@ import pytest
 from budgetbench_core import RunConfig, RunReadError, VerifiedRun, final_rows, read_run, run
 from budgetbench_core.integrity import INTEGRITY_FILE, KEY_DIR_ENV
 from budgetbench_core.report.data import load_run
-from budgetbench_core.testing import FaultServer
+from budgetbench_core.testing import FaultServer, invoke_cli
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +154,14 @@ def test_a_resume_of_an_unedited_run_makes_no_call(tmp_path, honest, server):
     summary = run(_config(target, server))
     assert summary.cells_skipped == 12 and len(server.requests) == calls
     assert len(read_run(target).rows) == 12
+
+
+def test_the_reports_refusal_names_no_option_that_does_not_exist(tmp_path, honest):
+    """It said "--force reads it anyway", an option no command has."""
+    target = tmp_path / "run"
+    shutil.copytree(honest, target)
+    path, line = byte_changed(target)
+    result = invoke_cli("report", str(target), "--format", "json")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"{path}: line {line} " in text and "--force" not in text, result.output
+    assert "--force" not in invoke_cli("report", "--help").output

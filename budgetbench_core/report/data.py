@@ -138,7 +138,7 @@ def load_run(run_dir: Path, with_prompts: bool = True, force: bool = False, key_
         raise ReportError(str(exc)) from None
     verified = verify_run(run_dir, key_files, run_key=manifest.get("run_key") or "(none in manifest.json)")
     if not verified.ok and not force:
-        raise ReportError(verified.refusal() + "; --force reads it anyway, marked unverified")
+        raise ReportError(verified.refusal())  # no command reads one anyway (``force`` is for Python callers)
     data = RunData(run_dir, manifest, {}, unverified=verified.problems)
     pending_prompt: dict[CellKey, dict[str, Any]] = {}
     pending_aux: dict[CellKey, list[dict[str, Any]]] = defaultdict(list)
