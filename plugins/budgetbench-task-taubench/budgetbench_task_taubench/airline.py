@@ -20,12 +20,15 @@ from typing import Any
 from . import generic
 from .models import (
     AirportCode,
+    CabinClass,
     Certificate,
     DirectFlight,
     Flight,
     FlightDateStatusAvailable,
     FlightDB,
     FlightInfo,
+    FlightType,
+    Insurance,
     Passenger,
     Payment,
     Reservation,
@@ -243,14 +246,14 @@ class AirlineTools(Toolkit):
         user_id: str,
         origin: str,
         destination: str,
-        flight_type: str,
-        cabin: str,
-        flights: list,
-        passengers: list,
-        payment_methods: list,
+        flight_type: FlightType,
+        cabin: CabinClass,
+        flights: list[FlightInfo | dict],
+        passengers: list[Passenger | dict],
+        payment_methods: list[Payment | dict],
         total_baggages: int,
         nonfree_baggages: int,
-        insurance: str,
+        insurance: Insurance,
     ) -> Reservation:
         flights = _records(flights, FlightInfo)
         passengers = _records(passengers, Passenger)
@@ -382,7 +385,7 @@ class AirlineTools(Toolkit):
         },
     )
     def update_reservation_flights(
-        self, reservation_id: str, cabin: str, flights: list, payment_id: str
+        self, reservation_id: str, cabin: CabinClass, flights: list[FlightInfo | dict], payment_id: str
     ) -> Reservation:
         flights = _records(flights, FlightInfo)
         reservation = self._get_reservation(reservation_id)
@@ -431,7 +434,7 @@ class AirlineTools(Toolkit):
         "Update the passenger information of a reservation.",
         {"reservation_id": RESERVATION_ID, "passengers": PASSENGERS},
     )
-    def update_reservation_passengers(self, reservation_id: str, passengers: list) -> Reservation:
+    def update_reservation_passengers(self, reservation_id: str, passengers: list[Passenger | dict]) -> Reservation:
         passengers = _records(passengers, Passenger)
         reservation = self._get_reservation(reservation_id)
         if len(passengers) != len(reservation.passengers):

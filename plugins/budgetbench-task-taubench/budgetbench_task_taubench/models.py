@@ -161,8 +161,8 @@ class Address(BaseModel):
 
 
 class Payment(BaseModel):
-    payment_id: str
-    amount: int
+    payment_id: str = Field(description="Unique identifier for the payment")
+    amount: int = Field(description="Payment amount in dollars")
 
 
 class AirlineCreditCard(PaymentMethodBase):
@@ -188,9 +188,9 @@ AirlinePaymentMethod = AirlineCreditCard | AirlineGiftCard | Certificate
 
 
 class Passenger(BaseModel):
-    first_name: str
-    last_name: str
-    dob: str
+    first_name: str = Field(description="Passenger's first name")
+    last_name: str = Field(description="Passenger's last name")
+    dob: str = Field(description="Date of birth in YYYY-MM-DD format")
 
 
 class FlightDateStatusAvailable(BaseModel):
@@ -264,8 +264,8 @@ class ReservationFlight(FlightBase):
 
 
 class FlightInfo(BaseModel):
-    flight_number: str
-    date: str
+    flight_number: str = Field(description="Flight number, such as 'HAT001'.")
+    date: str = Field(description="The date for the flight in the format 'YYYY-MM-DD', such as '2024-05-01'.")
 
 
 class AirlineUser(BaseModel):

@@ -203,12 +203,22 @@ class APNNames(str, Enum):
 
 
 class APNSettings(NoExtra):
-    apn_name: APNNames = APNNames.INTERNET
-    reset_at_reboot: bool = False
-    mms_apn: str | None = "mms"
-    mmsc_url: str | None = "http://mms.carrier.com/mms/wapenc"
-    mms_proxy: str | None = None
-    mms_port: int | None = None
+    """Represents the configuration for a single Access Point Name (APN)."""
+
+    # the field texts are upstream's: its user tool schema (set_apn_settings) shows them
+    apn_name: APNNames = Field(APNNames.INTERNET, description="The name identifier for the APN connection.")
+    reset_at_reboot: bool = Field(False, description="Whether the APN settings will be reset at the next reboot.")
+    mms_apn: str | None = Field(
+        "mms", description="Specific APN name used for MMS traffic, if different from general data."
+    )
+    mmsc_url: str | None = Field(
+        "http://mms.carrier.com/mms/wapenc",
+        description="The URL of the Multimedia Messaging Service Center (MMSC). Crucial for MMS.",
+    )
+    mms_proxy: str | None = Field(
+        None, description="The proxy server address required for MMS traffic on some networks."
+    )
+    mms_port: int | None = Field(None, description="The proxy server port required for MMS traffic on some networks.")
 
 
 class VpnDetails(NoExtra):

@@ -250,7 +250,7 @@ class TelecomUserTools(Toolkit):
         "Higher-speed networks (LTE/5G) provide faster data but may use more battery.",
         {"mode": "One of: 4g_5g_preferred, 4g_only, 3g_only, 2g_only."},
     )
-    def set_network_mode_preference(self, mode: Any) -> str:
+    def set_network_mode_preference(self, mode: NetworkModePreference | str) -> str:
         try:
             valid = NetworkModePreference(mode)
         except ValueError:
@@ -340,7 +340,7 @@ class TelecomUserTools(Toolkit):
         )
 
     @tool(WRITE, "Sets the APN settings for the phone.", {"apn_settings": "The APN settings, as an object."})
-    def set_apn_settings(self, apn_settings: Any) -> str:
+    def set_apn_settings(self, apn_settings: APNSettings | dict) -> str:
         if isinstance(apn_settings, dict):
             apn_settings = APNSettings(**apn_settings)
         self.device.active_apn_settings = apn_settings
