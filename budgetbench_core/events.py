@@ -491,7 +491,8 @@ key, kept outside the run directory (`$BUDGETBENCH_KEY_DIR`, else
 `$XDG_STATE_HOME/budgetbench/keys/<run_id>`, else `~/.local/state/budgetbench/keys/<run_id>`,
 mode 0600). `integrity.json` holds `run_id`, `key_id` (the key's public fingerprint) and
 `sealed` (`at`, `files`: each file's `bytes` and `sha256` when the last invocation ended, and
-their `hmac`). `report`, `gate`, `compare`, `plan` and `merge` verify all of it first (see
+their `hmac`). `report`, `gate`, `compare`, `plan`, `merge`, a resume, and every plugin command
+that regrades or exports a run (through `read_run`) verify all of it first (see
 docs/reliability.md); readers of the event API (`iter_events`, `final_rows`) drop the field.
 
 ## Run identity
