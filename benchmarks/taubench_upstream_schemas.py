@@ -11,6 +11,11 @@ upstream's ``src`` folder (e.g. ``git archive a2c0247 src | tar -x -C /tmp/tau2`
 
 The fixture was made with pydantic 2.14.4 (the project's own). The plugin's test compares its
 schemas with this file; upstream need not be installed for that.
+
+``--texts`` writes instead the description texts alone (each tool's description and its
+arguments' descriptions, from upstream's docstrings), which native mode sends
+(``budgetbench_task_taubench/data/native_tool_texts.json``); the types and structure of the
+schemas are built by the plugin from its own signatures and models.
 """
 
 from __future__ import annotations
@@ -48,6 +53,22 @@ def main() -> None:
         "built_by": "Tool.openai_schema of get_tools() per toolkit (benchmarks/taubench_upstream_schemas.py)",
         "pydantic": importlib.import_module("pydantic").VERSION,
     }
+    if "--texts" in sys.argv:
+        texts = {
+            TOOLKITS[key][1]: {
+                name: {
+                    "description": schema["function"]["description"],
+                    "arguments": {
+                        argument: value["description"]
+                        for argument, value in schema["function"]["parameters"]["properties"].items()
+                        if "description" in value
+                    },
+                }
+                for name, schema in out[key].items()
+            }
+            for key in TOOLKITS
+        }
+        out = {"_provenance": out["_provenance"], **texts}
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)  # upstream key order: it is what is sent
     sys.stdout.write("\n")
 

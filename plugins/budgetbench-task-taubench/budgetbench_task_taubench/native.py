@@ -4,8 +4,9 @@ model's structured tool calls as the episode's actions.
 Upstream's ``Tool.openai_schema`` is ``{"type": "function", "function": {name, description,
 parameters}}`` where ``parameters`` is the JSON schema of a pydantic model named
 ``parameters`` built from the tool's signature (types, defaults) and its docstring's argument
-texts. The same is built here from each tool method's signature and the texts the JSON mode
-describes the tool with, so the types, enums and nested schemas reach the model.
+texts. The same is built here from each tool method's signature (its ``Literal`` enums and the
+models it names) and upstream's texts (``data/native_tool_texts.json``), so the schemas equal
+upstream's (a test compares them with upstream's own output).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, create_model
@@ -23,24 +25,40 @@ from budgetbench_core.messages import TOOL_CALL_ID, TOOL_CALLS
 from .actions import AGENT_INSTRUCTION, RESPOND, Action, InvalidAction
 from .toolkit import Toolkit
 
+# Upstream's texts of each tool (its docstring's description and argument texts), per toolkit
+# class; made by benchmarks/taubench_upstream_schemas.py --texts. The JSON mode keeps the
+# plugin's own texts, which also spell out the shapes its prompt has no schema for.
+NATIVE_TEXTS: dict[str, dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "data" / "native_tool_texts.json").read_text(encoding="utf-8")
+)
+
 
 def tool_schemas(toolkit: type[Toolkit]) -> list[dict[str, Any]]:
-    """Every tool of ``toolkit`` in OpenAI format, in name order."""
+    """Every tool of ``toolkit`` in OpenAI format, in name order: the types from the tool's
+    signature (and the models it names), the texts upstream's (the plugin's own for a toolkit
+    upstream's texts do not cover, such as mock's)."""
+    texts = NATIVE_TEXTS.get(toolkit.__name__)
     schemas = []
     for name, spec in toolkit.specs().items():
         function = getattr(toolkit, name)
         hints = typing.get_type_hints(function)
+        described = (
+            texts[name] if texts is not None else {"description": spec.description, "arguments": spec.parameters}
+        )
         fields: dict[str, Any] = {}
         for parameter, value in inspect.signature(function).parameters.items():
             if parameter == "self":
                 continue
             default = ... if value.default is inspect.Parameter.empty else value.default
-            if parameter in spec.parameters:
-                default = Field(default, description=spec.parameters[parameter])
+            if parameter in described["arguments"]:
+                default = Field(default, description=described["arguments"][parameter])
             fields[parameter] = (hints.get(parameter, Any), default)
         parameters = create_model("parameters", **fields).model_json_schema()
         schemas.append(
-            {"type": "function", "function": {"name": name, "description": spec.description, "parameters": parameters}}
+            {
+                "type": "function",
+                "function": {"name": name, "description": described["description"], "parameters": parameters},
+            }
         )
     return schemas
 

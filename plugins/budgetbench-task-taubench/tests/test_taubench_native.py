@@ -28,11 +28,10 @@ def test_every_tool_is_an_openai_function_with_its_signatures_schema(domain):
     assert [s["function"]["name"] for s in schemas] == list(toolkit.specs())
     for schema, spec in zip(schemas, toolkit.specs().values()):
         parameters = schema["function"]["parameters"]
-        assert schema["type"] == "function" and schema["function"]["description"] == spec.description
+        assert schema["type"] == "function" and schema["function"]["description"]
         assert parameters["type"] == "object" and parameters["title"] == "parameters"
         assert tuple(parameters.get("required", ())) == spec.required
-        for name, text in spec.parameters.items():
-            assert parameters["properties"][name]["description"] == text
+        assert set(parameters["properties"]) == set(spec.parameters)
 
 
 UPSTREAM = json.loads((Path(__file__).resolve().parent / "data" / "upstream_tool_schemas.json").read_text())
@@ -65,7 +64,8 @@ def test_the_schemas_have_upstreams_tools_types_enums_and_nested_models(toolkit)
     assert set(ours) == set(upstream) and len(upstream) >= 13
     for name, schema in upstream.items():
         theirs, mine = schema["function"]["parameters"], ours[name]["function"]["parameters"]
-        assert json.dumps(_untexted(mine)) == json.dumps(_untexted(theirs)), name
+        assert json.dumps(_untexted(mine)) == json.dumps(_untexted(theirs)), name  # types, whatever the texts
+        assert json.dumps(ours[name]) == json.dumps(schema), name  # and texts: the whole schema as sent
         assert list(ours[name]) == ["type", "function"] and list(ours[name]["function"]) == list(schema["function"])
     if toolkit == "airline":  # the example upstream's types were missing from: enums and arrays of models
         booking = ours["book_reservation"]["function"]["parameters"]
