@@ -22,7 +22,18 @@ from .data_files import data_dir, resolve_data_file
 from .datasets import Dataset
 from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
-from .executors import Executor, Job, SharedReplies, Unit, UnitOutcome, UnitWorker, WorkerSpec
+from .executors import (
+    CallReply,
+    CallRequest,
+    DriverCalls,
+    Executor,
+    Job,
+    SharedReplies,
+    Unit,
+    UnitOutcome,
+    UnitWorker,
+    WorkerSpec,
+)
 from .graders import Grader, GradingContext, Verdict, contains_answer
 from .hookspecs import hookimpl
 from .memory_systems import (
@@ -87,6 +98,9 @@ __all__ = [
     "RunReadError",
     "Session",
     "SharedReplies",
+    "CallReply",
+    "CallRequest",
+    "DriverCalls",
     "StrategyContext",
     "Task",
     "TaskDataError",

@@ -10,7 +10,9 @@ driver) is the only writer of the event log, the response cache and the manifest
 - an executor that runs units elsewhere (``ray``) ships ``job.worker_spec()`` to its workers
   once, has each worker run ``spec.build().run(unit, slots, replies)``, and hands the returned
   :class:`UnitOutcome` to ``job.record(unit, outcome)`` in the driver. A unit whose worker is
-  lost is simply run again: nothing of it was recorded, so it is never half-recorded.
+  lost is simply run again: nothing of it was recorded, so it is never half-recorded. Given
+  ``calls`` (``DriverCalls``, e.g. around ``spec.call_desk()`` on the driver's node), a worker
+  makes no model call itself, so a lost worker loses no reply either.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .backends import Completion
-from .messages import Item
+from .backends import Completion, GenerationParams
+from .messages import Item, Message
 
 
 @dataclass
@@ -70,13 +72,53 @@ class SharedReplies(ABC):
         """The reply for ``key``, for every worker (and whoever waits for it)."""
 
 
-class UnitWorker(ABC):
-    """Runs units away from the driver: strategies built here, model called from here."""
+@dataclass(frozen=True)
+class CallRequest:
+    """One model call a remote worker hands to ``DriverCalls``: the prompt as gated
+    (``chat_json`` its serialisation, the cache key's), and the cell's time left."""
+
+    judge: bool  # the judge's backend, not the model's
+    messages: tuple[Message, ...]
+    chat_json: str
+    params: GenerationParams
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class CallReply:
+    """What became of a ``CallRequest``: the reply, or ``failure`` (why the call failed)."""
+
+    completion: Completion | None
+    attempts: int
+    cached: bool
+    warnings: tuple[str, ...] = ()
+    failure: str = ""
+
+
+class DriverCalls(ABC):
+    """Makes a remote worker's model calls in a place that outlives the worker (the driver's
+    node), with the run's cache, ``-j`` limit, retries and deadlines: a reply a lost worker was
+    waiting for is kept there, and its unit's rerun gets it instead of asking the model again."""
 
     @abstractmethod
-    def run(self, unit: Unit, slots: Slots | None = None, replies: SharedReplies | None = None) -> UnitOutcome:
+    def call(self, request: CallRequest) -> CallReply: ...
+
+
+class UnitWorker(ABC):
+    """Runs units away from the driver: strategies built here, model called from here (or,
+    given ``DriverCalls``, from there)."""
+
+    @abstractmethod
+    def run(
+        self,
+        unit: Unit,
+        slots: Slots | None = None,
+        replies: SharedReplies | None = None,
+        calls: DriverCalls | None = None,
+    ) -> UnitOutcome:
         """Every remaining cell of ``unit``; rows and replies are returned, never written.
-        ``replies``: the run's replies shared across workers (consulted before any model call)."""
+        ``replies``: the run's replies shared across workers (consulted before any model call);
+        ``calls``: where every model call is made instead (then ``slots`` and ``replies`` are unused)."""
 
 
 class WorkerSpec(ABC):
@@ -86,6 +128,11 @@ class WorkerSpec(ABC):
 
     @abstractmethod
     def build(self) -> UnitWorker: ...
+
+    def call_desk(self) -> DriverCalls:
+        """The run's model calls made here, for ``DriverCalls`` of every worker: build it where
+        calls should be made (its backends read this process's environment for API keys)."""
+        raise NotImplementedError(f"{type(self).__name__} makes no calls for its workers")
 
 
 class Job(ABC):

@@ -28,10 +28,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..backends import Completion
-from ..executors import Job, SharedReplies, Slots, Unit, UnitOutcome, UnitWorker, WorkerSpec
-from ..model_calls import ModelCaller
+from ..cache import cache_key
+from ..executors import (
+    CallReply,
+    CallRequest,
+    DriverCalls,
+    Job,
+    SharedReplies,
+    Slots,
+    Unit,
+    UnitOutcome,
+    UnitWorker,
+    WorkerSpec,
+)
+from ..gate import chat_json as serialise
+from ..model_calls import CallFailed, CallOutcome, ModelCaller
 from ..run_config import RunConfig
 from ..runlog import now
+from ..sandbox import Deadline
 from ..tokenizers import PromptCounter
 from .intake import ItemIntake
 from .run_plugins import RunPlugins
@@ -146,6 +160,60 @@ class RemoteSpec(WorkerSpec):
     def build(self) -> RemoteWorker:
         return RemoteWorker(self)
 
+    def call_desk(self) -> CallDesk:
+        return CallDesk(self)
+
+
+def _reach_backends(plugins: RunPlugins, spec: RemoteSpec) -> None:
+    """The driver's backends in this process: addressed as the driver's, started unless the
+    driver runs their server (which is reached, never started again)."""
+    for backend, address in ((plugins.backend, spec.backend_address), (plugins.judge_backend, spec.judge_address)):
+        if backend is None:
+            continue
+        for name, value in address.items():
+            setattr(backend, name, value)
+        if "server_url" not in address:
+            backend.start()  # e.g. litellm's import, seconds on a busy machine: not in a call's deadline
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm  # noqa: F401 - a core dependency; warmed here for the embedded model's copy too
+
+
+class _Memory:
+    """A response cache in memory (what ``ModelCaller`` asks of one: lookup and put)."""
+
+    def __init__(self) -> None:
+        self.replies: dict[str, Completion] = {}
+
+    def lookup(self, key: str) -> tuple[Completion | None, str | None]:
+        return self.replies.get(key), None
+
+    def put(self, key: str, completion: Completion) -> None:
+        self.replies[key] = completion
+
+
+class CallDesk(DriverCalls):
+    """The run's model and judge callers in one process, for every remote worker: one cache,
+    one reply asked for at a time per prompt, ``-j`` connections, the run's retries and
+    ``--timeout``. A call goes on (and its reply is kept) when the worker that asked is lost."""
+
+    def __init__(self, spec: RemoteSpec) -> None:
+        from ..plugins import get_registry
+
+        config = spec.config
+        plugins = RunPlugins(config, get_registry(), task=spec.task)
+        _reach_backends(plugins, spec)
+        memory = cast("ResponseCache", _Memory())
+        self.model, self.judge = callers(plugins, memory, config.max_concurrency, config.retries, config.timeout_s)
+
+    def call(self, request: CallRequest) -> CallReply:
+        caller = self.judge if request.judge else self.model
+        deadline = None if request.seconds is None else Deadline(request.seconds)
+        try:
+            outcome = caller.call(request.messages, request.params, deadline, chat_json=request.chat_json)
+        except CallFailed as failed:
+            return CallReply(None, failed.attempts, False, failure=str(failed))
+        return CallReply(outcome.completion, outcome.attempts, outcome.cached, tuple(outcome.warnings))
+
 
 class _BufferLog:
     """The ``EventLog`` of a worker: rows kept in order, stamped when they happen, never written."""
@@ -196,11 +264,30 @@ class _ReplyMemo:
 
 
 class _ClusterCaller(ModelCaller):
-    """A worker's ``ModelCaller``: each attempt first takes a lease from the executor's
-    cluster-wide ``slots`` for this model (so ``-j`` holds across every worker), and only then
-    starts the attempt's deadline: waiting for a connection is not the server being slow."""
+    """A worker's ``ModelCaller``. Given ``driver``, it hands every call there (made where a
+    lost worker cannot lose it) and keeps the reply for the driver's cache. Otherwise each
+    attempt first takes a lease from the executor's cluster-wide ``slots`` for this model (so
+    ``-j`` holds across every worker), and only then starts the attempt's deadline."""
 
     slots: Slots | None = None
+    driver: DriverCalls | None = None  # where this worker's calls are made, if not here
+    judge = False  # the judge's caller (told to ``driver``)
+
+    def call(
+        self, messages: Any, params: Any, deadline: Deadline | None = None, *, chat_json: str | None = None
+    ) -> CallOutcome:
+        if self.driver is None:
+            return super().call(messages, params, deadline, chat_json=chat_json)
+        sent = chat_json if chat_json is not None else serialise(messages)
+        remaining = None if deadline is None else deadline.remaining()
+        reply = self.driver.call(CallRequest(self.judge, tuple(messages), sent, params, remaining))
+        with self._count_lock:
+            self.calls_made += reply.attempts
+        if reply.completion is None:
+            raise CallFailed(reply.failure, reply.attempts)
+        if self.cache is not None:  # handed to the driver's response cache with the unit's rows
+            self.cache.put(cache_key(*self.backend.cache_identity(), sent, params), reply.completion)
+        return CallOutcome(reply.completion, reply.attempts, reply.cached, list(reply.warnings))
 
     def _attempt(self, messages: Any, params: Any, outer: Any) -> Completion:
         if self.slots is None:
@@ -219,16 +306,7 @@ class RemoteWorker(UnitWorker):
 
         config = spec.config
         plugins = RunPlugins(config, get_registry(), task=spec.task)
-        for backend, address in ((plugins.backend, spec.backend_address), (plugins.judge_backend, spec.judge_address)):
-            if backend is None:
-                continue
-            for name, value in address.items():
-                setattr(backend, name, value)
-            if "server_url" not in address:  # a server the driver runs is reached, never started again
-                backend.start()  # e.g. litellm's import, seconds on a busy machine: not in a call's deadline
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm  # noqa: F401 - a core dependency; warmed here for the embedded model's copy too
-
+        _reach_backends(plugins, spec)
         tokenizer = plugins.tokenizer()
         counter = PromptCounter(tokenizer)
         tokenizer_info = tokenizer.info.to_dict()
@@ -247,6 +325,7 @@ class RemoteWorker(UnitWorker):
         self.callers: tuple[_ClusterCaller, _ClusterCaller] = callers(  # type: ignore[assignment]
             plugins, cache, config.max_concurrency, config.retries, config.timeout_s, caller_class=_ClusterCaller
         )
+        self.callers[1].judge = self.callers[1] is not self.callers[0]
         scratch_dir = Path(tempfile.mkdtemp(prefix="budgetbench-scratch-"))
         host, self.metering = plugin_host(
             config, plugins, tokenizer_info, scratch_dir, [run_dir], self.callers[0], counter
@@ -271,10 +350,17 @@ class RemoteWorker(UnitWorker):
         root = self.run_dir / "retrievals"
         return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} if root.exists() else {}
 
-    def run(self, unit: Unit, slots: Slots | None = None, replies: SharedReplies | None = None) -> UnitOutcome:
+    def run(
+        self,
+        unit: Unit,
+        slots: Slots | None = None,
+        replies: SharedReplies | None = None,
+        calls: DriverCalls | None = None,
+    ) -> UnitOutcome:
         self.memo.shared = replies
         callers = {id(c): c for c in self.callers}.values()
         for caller in callers:
+            caller.driver = calls
             caller.slots = slots
             if slots is not None:
                 caller._slots = contextlib.nullcontext()  # type: ignore[assignment]  # the lease is the limit; a local one would add to it
