@@ -20,7 +20,7 @@ from .backends import (
 )
 from .data_files import data_dir, resolve_data_file
 from .datasets import Dataset
-from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges
+from .episodes import Episode, EpisodicTask, JudgeChannel, Step, UserChannel, keep_exchanges, split_exchange
 from .evidence import EVIDENCE_ID_KEY, EVIDENCE_KEY
 from .executors import (
     CallReply,
@@ -45,7 +45,7 @@ from .memory_systems import (
     RetrievedItem,
     fill_budget,
 )
-from .messages import ROLES, Item, Message, Session
+from .messages import ROLES, TOOL_CALL_ID, TOOL_CALLS, Item, Message, Session
 from .params import Param
 from .run_reader import RunReadError, VerifiedRun, read_run
 from .runlog import final_rows, iter_events, read_manifest, redact
@@ -89,6 +89,8 @@ __all__ = [
     "MemoryStrategy",
     "MemorySystem",
     "Message",
+    "TOOL_CALLS",
+    "TOOL_CALL_ID",
     "Param",
     "PromptCounter",
     "Regime",
@@ -116,6 +118,7 @@ __all__ = [
     "final_rows",
     "hookimpl",
     "keep_exchanges",
+    "split_exchange",
     "iter_events",
     "read_manifest",
     "read_run",

@@ -19,8 +19,7 @@ from typing import Any
 
 from pydantic import Field, create_model
 
-from budgetbench_core import Message
-from budgetbench_core.messages import TOOL_CALL_ID, TOOL_CALLS
+from budgetbench_core import TOOL_CALL_ID, TOOL_CALLS, Message
 
 from .actions import AGENT_INSTRUCTION, RESPOND, Action, InvalidAction
 from .toolkit import Toolkit

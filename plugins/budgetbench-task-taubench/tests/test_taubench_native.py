@@ -13,8 +13,7 @@ from budgetbench_task_taubench.domain import DOMAINS
 from budgetbench_task_taubench.native import native_actions, tool_schemas
 from budgetbench_task_taubench.task import TauBench
 
-from budgetbench_core import Message, final_rows, keep_exchanges
-from budgetbench_core.episodes import split_exchange
+from budgetbench_core import Message, final_rows, keep_exchanges, split_exchange
 from budgetbench_core.testing import invoke_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
