@@ -33,12 +33,15 @@ NATIVE_TEXTS: dict[str, dict[str, Any]] = json.loads(
 
 
 def tool_schemas(toolkit: type[Toolkit]) -> list[dict[str, Any]]:
-    """Every tool of ``toolkit`` in OpenAI format, in name order: the types from the tool's
-    signature (and the models it names), the texts upstream's (the plugin's own for a toolkit
-    upstream's texts do not cover, such as mock's)."""
+    """Every tool of ``toolkit`` in OpenAI format, in upstream's order (its toolkit's, as its
+    texts list them; name order for a toolkit they do not cover, such as mock's): the types from
+    the tool's signature (and the models it names), the texts upstream's (else the plugin's own)."""
     texts = NATIVE_TEXTS.get(toolkit.__name__)
+    specs = toolkit.specs()
+    order = [name for name in texts if name in specs] if texts is not None else []
     schemas = []
-    for name, spec in toolkit.specs().items():
+    for name in [*order, *sorted(set(specs) - set(order))]:
+        spec = specs[name]
         function = getattr(toolkit, name)
         hints = typing.get_type_hints(function)
         described = (

@@ -23,9 +23,10 @@ from taubench_support import DATA, needs_data  # noqa: E402
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
 def test_every_tool_is_an_openai_function_with_its_signatures_schema(domain):
     toolkit = DOMAINS[domain][1]
-    schemas = tool_schemas(toolkit)
-    assert [s["function"]["name"] for s in schemas] == list(toolkit.specs())
-    for schema, spec in zip(schemas, toolkit.specs().values()):
+    schemas = {s["function"]["name"]: s for s in tool_schemas(toolkit)}
+    assert sorted(schemas) == sorted(toolkit.specs())  # every tool once (in upstream's order: below)
+    for name, spec in toolkit.specs().items():
+        schema = schemas[name]
         parameters = schema["function"]["parameters"]
         assert schema["type"] == "function" and schema["function"]["description"]
         assert parameters["type"] == "object" and parameters["title"] == "parameters"
@@ -60,7 +61,7 @@ def test_the_schemas_have_upstreams_tools_types_enums_and_nested_models(toolkit)
     (docs/plugins/taubench.md lists those still worded differently)."""
     upstream = UPSTREAM[toolkit]
     ours = {s["function"]["name"]: s for s in tool_schemas(_toolkits()[toolkit])}
-    assert set(ours) == set(upstream) and len(upstream) >= 13
+    assert list(ours) == list(upstream) and len(upstream) >= 13  # the same tools, sent in upstream's order
     for name, schema in upstream.items():
         theirs, mine = schema["function"]["parameters"], ours[name]["function"]["parameters"]
         assert json.dumps(_untexted(mine)) == json.dumps(_untexted(theirs)), name  # types, whatever the texts
