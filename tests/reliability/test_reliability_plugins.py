@@ -66,7 +66,7 @@ class UnknownRole(MemoryStrategy):
     name, regime = "hostile-unknown-role", Regime.LOCAL_ONLY
 
     def apply(self, history, budget, context):
-        return context.frame([Message("tool", '{"result": 42}'), *history[-2:]])
+        return context.frame([Message("function", '{"result": 42}'), *history[-2:]])
 
 
 class LoaderRaises(Task):
@@ -103,7 +103,7 @@ EXPECTED = {  # strategy -> (event, phase, words the cause must contain)
     "hostile-wrong-type": ("error", "strategy", "must return list[Message], got dict"),
     "hostile-mutates": ("error", "strategy", "mutated the history"),
     "hostile-hangs": ("error", "strategy", "did not return within 2 s"),
-    "hostile-unknown-role": ("error", "strategy", "unknown roles ['tool']"),
+    "hostile-unknown-role": ("error", "strategy", "unknown roles ['function']"),
     "hostile-over-budget": ("violation", "prompt", None),
 }
 SETTINGS = dict(
