@@ -262,6 +262,9 @@ class _KitStrategies:
     def ref(self, name: str) -> PluginRef:
         return PluginRef("strategy", name)
 
+    def release(self, name: str = "") -> None:
+        """The kit keeps its one instance for the whole pass."""
+
     def discard(self, name: str = "") -> None:
         if isinstance(self.instance, RemoteStrategy):
             self.instance.close()

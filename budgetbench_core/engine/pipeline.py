@@ -1,7 +1,8 @@
 """The steps of one cell: build the prompt, gate it, send it, grade the reply.
 
-``run_cell`` runs a single-call cell; ``episode_loop.run_episode`` reuses ``build_prompt``
-and ``send`` for every call of an episode. Each step writes the cell's terminal row itself
+A single-call cell is ``prepare_cell`` (the strategy's part) then ``send_cell`` (the model's
+part), so a unit can build all its prompts before it sends any; ``episode_loop.run_episode``
+reuses ``build_prompt`` and ``send`` for every call of an episode. Each step writes the cell's terminal row itself
 when it ends the cell (error or violation) and returns None. Every step takes the run's
 ``CellServices``; every plugin call here is ``contained`` and bound by the cell's deadline.
 A prompts-only run stops after the gate: its terminal row is ``admitted``.
@@ -322,14 +323,14 @@ def grade(services: CellServices, cell: CellLog, item: Item, gated: Gated, outco
     )
 
 
-def run_cell(
+def prepare_cell(
     services: CellServices, strategy_name: str, item: Item, view: PrivateView, budget: int, repeat: int
-) -> None:
-    """One cell: prompt, gate, send, grade; exactly one terminal row, nothing after it.
+) -> tuple[CellLog, Gated] | None:
+    """A cell's strategy part: its prompt, built, gated and audited, ready to send (``send_cell``).
 
-    An episodic task (several model calls per cell, ``episodes.run_episode``) repeats
-    ``build_prompt`` and ``send`` per call with the same ``cell`` and ``deadline``, and
-    writes the terminal row once.
+    Returns None when the cell has ended here (its terminal row written: an error, a
+    violation, or ``admitted`` in a prompts-only run). The cell's channel is closed either
+    way: the strategy's part is over and it takes no more auxiliary calls.
     """
     cell = services.cell(strategy_name, item, budget, repeat)
     deadline = Deadline(services.settings.item_timeout_s)
@@ -338,9 +339,9 @@ def run_cell(
         gated = build_prompt(
             services, cell, services.strategies.get(strategy_name), item, view, budget, context, deadline
         )
+        cell.close()
         if gated is None:
-            return
-        cell.close()  # the strategy's part is over: its channel takes no more calls
+            return None
         if services.settings.prompts_only:
             cell.finish(
                 Admitted,
@@ -349,12 +350,25 @@ def run_cell(
                 utilisation=gated.tokens / gated.budget,
                 strategy_s=cell.strategy_s,
             )
-            return
+            return None
+        return cell, gated
+    except BaseException:
+        ensure_terminal(cell)
+        raise
+
+
+def send_cell(services: CellServices, cell: CellLog, item: Item, gated: Gated, repeat: int) -> None:
+    """A prepared cell's model part: send, grade; exactly one terminal row, nothing after it."""
+    try:
         outcome = send(services, cell, gated, repeat)
-        if outcome is None:
-            return
-        grade(services, cell, item, gated, outcome)
+        if outcome is not None:
+            grade(services, cell, item, gated, outcome)
     finally:
-        cell.close()
-        if cell.terminal is None:  # a harness bug: still never a cell without its row
-            cell.finish(Error, phase="cell", cause="the cell ended without a decision (harness error)")
+        ensure_terminal(cell)
+
+
+def ensure_terminal(cell: CellLog) -> None:
+    """A harness bug must still never leave a cell without its row."""
+    cell.close()
+    if cell.terminal is None:
+        cell.finish(Error, phase="cell", cause="the cell ended without a decision (harness error)")

@@ -72,12 +72,14 @@ Tally = Callable[[str, dict[str, Any] | None], None]
 
 class StrategyRefs(Protocol):
     """What a cell's prompt step needs of the run's strategies: the calling thread's instance,
-    its blame, and dropping an instance that timed out (``StrategyPool``; the conformance
-    kit's one-strategy pool)."""
+    its blame, giving it back when a unit's prompts are built, and dropping an instance that
+    timed out (``StrategyPool``; the conformance kit's one-strategy pool)."""
 
     def get(self, name: str) -> MemoryStrategy: ...
 
     def ref(self, name: str) -> PluginRef: ...
+
+    def release(self, name: str) -> None: ...
 
     def discard(self, name: str) -> None: ...
 
@@ -216,7 +218,7 @@ def plugin_host(
     strategy may declare it reaches the run's model or judge servers (only the gateway does)."""
     if config.isolation != "process":
         return None, None
-    host = PluginHost(tokenizer, scratch_dir)
+    host = PluginHost(tokenizer, scratch_dir, max_workers=config.max_concurrency)
     host.guarded = guarded
     host.guarded_hosts = server_hosts(plugins)
     metering = None

@@ -1,5 +1,6 @@
-"""The strategies of a run: one instance per worker thread, in a confined worker process
-(``host``) or, with ``--isolation none``, in this process; a harness control always here."""
+"""The strategies of a run: in confined worker processes leased per unit (``host``) or, with
+``--isolation none``, one instance per executor thread in this process; a harness control
+always here."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from .run_plugins import RunPlugins
 
 
 class StrategyPool:
-    """``get(name)`` the calling thread's instance; ``discard(name)`` after a timeout or failure."""
+    """``get(name)`` the calling thread's instance (an isolated one is leased until
+    ``release(name)``); ``discard(name)`` after a timeout or failure."""
 
     def __init__(self, config: RunConfig, plugins: RunPlugins, host: PluginHost | None) -> None:
         self.config = config
@@ -75,26 +77,41 @@ class StrategyPool:
         except PluginFailure as failure:
             raise self._creation_error(name, failure.plugin.distribution, failure.cause) from None
 
+    def _held(self) -> dict[str, MemoryStrategy]:
+        held: dict[str, MemoryStrategy] = self._local.__dict__.setdefault("strategies", {})
+        return held
+
     def get(self, name: str) -> MemoryStrategy:
-        """The calling thread's instance: strategies keep per-item state."""
+        """The calling thread's instance, kept for a unit's cells (strategies keep per-item state)."""
+        held = self._held()
+        leased = held.get(name)
+        if isinstance(leased, RemoteStrategy) and not leased.worker.alive():
+            self.discard(name)  # it exited or was killed: a new one, as for the next unit
+        elif leased is not None:
+            return leased
         if self.host is not None and not is_control(name):
             try:
-                return self.host.strategy(name, self._params(name), self.config.max_ingest_loss, self._source(name))
+                held[name] = self.host.lease(name, self._params(name), self.config.max_ingest_loss, self._source(name))
             except PluginHostError as exc:
                 raise PluginError(f"strategy {name!r} could not be created: {exc}") from None
-        cache = getattr(self._local, "strategies", None)
-        if cache is None:
-            cache = self._local.strategies = {}
-        if name not in cache:
-            cache[name] = self.new(name)
-        return cache[name]
+        else:
+            held[name] = self.new(name)
+        return held[name]
+
+    def release(self, name: str) -> None:
+        """The unit's prompts are built: its leased worker may serve another unit (an
+        in-process instance stays with its thread)."""
+        if self.host is not None and not is_control(name):
+            strategy = self._held().pop(name, None)
+            if isinstance(strategy, RemoteStrategy):
+                self.host.give_back(strategy)
 
     def discard(self, name: str) -> None:
         """After a timeout or failure: an isolated strategy's worker is killed (nothing it
         started can reach a server afterwards); an in-process one is only dropped."""
-        if self.host is not None:
-            self.host.discard(name)
-        getattr(self._local, "strategies", {}).pop(name, None)
+        strategy = self._held().pop(name, None)
+        if self.host is not None and isinstance(strategy, RemoteStrategy):
+            self.host.discard(strategy)
 
     def describe(self, name: str) -> dict[str, Any]:
         """What a fresh instance says of itself, for the manifest, with its distribution."""

@@ -1,9 +1,11 @@
 """One unit: a strategy's cells of one item, after one reset (contained, with a deadline).
 
-A unit runs every (budget, repeat) of its item in the order it was given, so per-item
-strategy state (an embedding index, a retrieval) is built once and reused for every tier.
-An episodic task's cells are episodes, unless the run is prompts-only (the first prompt of
-each is gated, nothing is sent).
+A unit builds the prompt of every (budget, repeat) of its item in the order it was given,
+so per-item strategy state (an embedding index, a retrieval) is built once and reused for
+every tier; then it gives its strategy back (an isolated one's worker serves the next unit
+while this one waits on the model) and sends the prompts. An episodic task's cells are
+episodes, which keep their strategy to the end, unless the run is prompts-only (the first
+prompt of each is gated, nothing is sent).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..messages import Item
 from ..sandbox import Deadline, PluginFailure, PluginRef, PrivateView, contained, describe_exception
 from ..strategies import MemoryStrategy, resets_nothing
 from .episode_loop import run_episode
-from .pipeline import run_cell
+from .pipeline import prepare_cell, send_cell
 from .services import CellServices, PromptServices
 
 
@@ -27,18 +29,31 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
     if not unit.todo:
         return
     item, view = unit.item, PrivateView(unit.item, services.hidden_metadata)
-    if reset_for_item(services, unit.strategy, item, unit.todo) is None:
-        for _ in unit.todo:
-            progress(unit.strategy, 1)
-        return
-    episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
-    for budget, repeat in unit.todo:
-        if services.stop.is_set():
+    prepared = []
+    try:
+        if reset_for_item(services, unit.strategy, item, unit.todo) is None:
+            for _ in unit.todo:
+                progress(unit.strategy, 1)
             return
-        if episodic:
-            run_episode(services, unit.strategy, item, budget, repeat)
-        else:
-            run_cell(services, unit.strategy, item, view, budget, repeat)
+        episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
+        for budget, repeat in unit.todo:
+            if services.stop.is_set():
+                return
+            if episodic:
+                run_episode(services, unit.strategy, item, budget, repeat)
+                progress(unit.strategy, 1)
+                continue
+            ready = prepare_cell(services, unit.strategy, item, view, budget, repeat)
+            if ready is None:
+                progress(unit.strategy, 1)
+            else:
+                prepared.append((ready, repeat))
+    finally:
+        services.strategies.release(unit.strategy)
+    for (cell, gated), repeat in prepared:
+        if services.stop.is_set():  # left without a row, as if the run had stopped before it: resumed later
+            return
+        send_cell(services, cell, item, gated, repeat)
         progress(unit.strategy, 1)
 
 

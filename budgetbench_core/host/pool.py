@@ -1,9 +1,14 @@
-"""The run's plugin workers: spawned on first use, one per executor thread and strategy.
+"""The run's plugin workers: per strategy, a pool that grows with the units that need one.
 
 One worker holds one strategy instance (never two plugins in one process, so rival memory
-layers cannot reach each other), is reused for every unit its thread runs of that strategy
-(per-item state survives between budget tiers, as in-process), and is killed when it misses
-a deadline, exits, or the run ends. Its environment is built here, not inherited: no API
+layers cannot reach each other). A unit leases a worker of its strategy while it builds its
+prompts (reset, then every budget tier, so per-item state survives between tiers) and gives
+it back before its model calls; the next unit of that strategy, on any thread, resets and
+reuses it. A worker is spawned when a strategy has none, or when a unit has waited
+``GROW_AFTER_S`` for one to be given back, at most ``spawn_parallel`` (the cores) at a time
+and ``max_workers`` (``-j``) per strategy: the number of processes follows the work being done
+in them, not ``-j``. A worker is killed when it misses a deadline, exits, or
+the run ends. Its environment is built here, not inherited: no API
 key, HOME and TMPDIR in its scratch folder, the gateway's address for SDKs, and the
 harness's outside proxy (``proxy``) for the hosts its plugin declares.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,10 @@ _INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "BUDGETBENCH_
               "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")  # fmt: skip
 _INHERITED_PREFIXES = ("LC_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "TORCH_")
 
+
+GROW_AFTER_S = 0.2
+"""A unit that has waited this long for an idle worker of its strategy starts another: a
+short wait (units queueing briefly for a worker busy building a prompt) starts none."""
 
 Source = dict[str, Any] | None
 """Where a worker finds its strategy: the module of one registered in the harness by code
@@ -84,7 +94,12 @@ class PluginHost:
     """Spawns and owns the run's workers (see the module docstring)."""
 
     def __init__(
-        self, tokenizer_info: dict[str, Any], scratch_root: Path, metering: Metering | None = None, confine: bool = True
+        self,
+        tokenizer_info: dict[str, Any],
+        scratch_root: Path,
+        metering: Metering | None = None,
+        confine: bool = True,
+        max_workers: int = 1,
     ) -> None:
         self.tokenizer_info = tokenizer_info
         self.confine = confine and abi_version() > 0
@@ -97,10 +112,17 @@ class PluginHost:
         # through the gateway, and the gateway and proxy themselves
         self.guarded_hosts: list[str] = []
         self.proxy = OutsideProxy()  # started with the first worker
-        self._local = threading.local()
+        self.max_workers = max(1, max_workers)  # per strategy: one per unit that can run at once (-j)
+        self.spawn_parallel = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a worker was given back, or a spawn ended
+        self._idle: dict[str, list[RemoteStrategy]] = {}
+        self._live: dict[str, int] = {}  # per strategy: workers idle, leased or starting
+        self._starting: dict[str, int] = {}
+        self._closed = False
         self._workers: list[WorkerProcess] = []
         self._count = 0
+        self.spawned: dict[str, int] = {}  # per strategy: workers started in the run (manifest, benchmarks)
 
     def meter_with(self, metering: Metering) -> None:
         """Workers spawned from now on send their own SDK's calls to ``metering``'s gateway."""
@@ -120,30 +142,65 @@ class PluginHost:
         env.update(self.proxy.environment(proxy_token))
         return env
 
-    def strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
-        """This thread's instance of ``name`` (a new worker the first time)."""
-        held: dict[str, RemoteStrategy] = self._local.__dict__.setdefault("strategies", {})
-        if name in held and not held[name].worker.alive():  # it exited or was killed: a new one
-            held.pop(name).close()
-        if name not in held:
-            held[name] = self._spawn(name, params, max_ingest_loss, source)
-        return held[name]
+    def lease(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
+        """An idle worker of ``name`` (the caller resets it), or a new one when none is idle;
+        ``give_back`` it when the unit's prompts are built, ``discard`` it after a failure."""
+        since = time.monotonic()
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise PluginHostError(f"strategy {name!r}: the run's plugin host is closed")
+                idle = self._idle.setdefault(name, [])
+                while idle:
+                    strategy = idle.pop()
+                    if strategy.worker.alive():
+                        return strategy
+                    strategy.close()  # it exited while idle: a new one takes its place
+                    self._live[name] -= 1
+                live, starting = self._live.get(name, 0), self._starting.get(name, 0)
+                waited = time.monotonic() - since
+                if live < self.max_workers and starting < self.spawn_parallel and (live == 0 or waited >= GROW_AFTER_S):
+                    self._live[name], self._starting[name] = live + 1, starting + 1
+                    break
+                self._changed.wait(timeout=max(0.01, GROW_AFTER_S - waited))
+        spawned = False
+        try:
+            strategy = self._spawn(name, params, max_ingest_loss, source)
+            spawned = True
+            return strategy
+        finally:
+            with self._changed:
+                self._starting[name] -= 1
+                if not spawned:
+                    self._live[name] -= 1
+                self._changed.notify_all()
+
+    def give_back(self, strategy: RemoteStrategy) -> None:
+        """The unit that leased ``strategy`` no longer needs it: the next unit may reset and use it."""
+        with self._changed:
+            if strategy.worker.alive() and not self._closed:
+                self._idle.setdefault(strategy.name, []).append(strategy)
+            else:
+                strategy.close()
+                self._live[strategy.name] -= 1
+            self._changed.notify_all()
+
+    def discard(self, strategy: RemoteStrategy) -> None:
+        """Kill a leased worker (it missed its deadline, or failed): nothing it started can reach
+        a server afterwards; the next unit gets another."""
+        strategy.close()
+        with self._changed:
+            self._live[strategy.name] -= 1
+            self._changed.notify_all()
 
     def new_strategy(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
         """An instance of ``name`` in a worker of its own, owned by the caller (``close`` it)."""
         return self._spawn(name, params, max_ingest_loss, source)
 
-    def discard(self, name: str) -> None:
-        """Kill this thread's worker of ``name`` (missed its deadline, or failed): the next
-        unit gets a new one."""
-        held: dict[str, RemoteStrategy] = self._local.__dict__.setdefault("strategies", {})
-        strategy = held.pop(name, None)
-        if strategy is not None:
-            strategy.close()
-
     def _spawn(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
         with self._lock:
             self._count += 1
+            self.spawned[name] = self.spawned.get(name, 0) + 1
             scratch = self.scratch_root / f"{name}-{self._count}"
         scratch.mkdir(parents=True)
         token = self.metering.new_token() if self.metering is not None else None
@@ -212,8 +269,11 @@ class PluginHost:
         return done if isinstance(done, dict) else {}
 
     def close(self) -> None:
-        with self._lock:
+        with self._changed:
+            self._closed = True
             workers, self._workers = self._workers, []
+            self._idle.clear()
+            self._changed.notify_all()
         for worker in workers:
             worker.kill()
         self.proxy.stop()
