@@ -20,7 +20,9 @@ SOURCE = {"entry_points": Registry.discover().entry_points_for("strategy", "trun
 
 
 def host_for(tmp_path, max_workers: int) -> PluginHost:
-    return PluginHost(tokenizer_for("tiktoken:cl100k_base").info.to_dict(), tmp_path / "workers", max_workers=max_workers)
+    return PluginHost(
+        tokenizer_for("tiktoken:cl100k_base").info.to_dict(), tmp_path / "workers", max_workers=max_workers
+    )
 
 
 def lease(host: PluginHost):
