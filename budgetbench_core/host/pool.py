@@ -7,10 +7,10 @@ it back before its model calls; the next unit of that strategy, on any thread, r
 reuses it. A worker is spawned when a strategy has none, or when a unit has waited
 ``GROW_AFTER_S`` for one to be given back, at most ``spawn_parallel`` (the cores) at a time
 and ``max_workers`` (``-j``) per strategy: the number of processes follows the work being done
-in them, not ``-j``. A worker is killed when it misses a deadline, exits, or
-the run ends. Its environment is built here, not inherited: no API
-key, HOME and TMPDIR in its scratch folder, the gateway's address for SDKs, and the
-harness's outside proxy (``proxy``) for the hosts its plugin declares.
+in them, not ``-j``. A worker is killed when it misses a deadline, exits, or the run ends.
+Its environment is built here, not inherited: no API key, HOME and TMPDIR in its scratch
+folder, the gateway's address for SDKs, and the harness's outside proxy (``proxy``) for the
+hosts its plugin declares.
 """
 
 from __future__ import annotations
@@ -121,7 +121,6 @@ class PluginHost:
         self._starting: dict[str, int] = {}
         self._closed = False
         self._workers: list[WorkerProcess] = []
-        self._count = 0
         self.spawned: dict[str, int] = {}  # per strategy: workers started in the run (manifest, benchmarks)
 
     def meter_with(self, metering: Metering) -> None:
@@ -199,9 +198,8 @@ class PluginHost:
 
     def _spawn(self, name: str, params: dict[str, Any], max_ingest_loss: float, source: Source) -> RemoteStrategy:
         with self._lock:
-            self._count += 1
             self.spawned[name] = self.spawned.get(name, 0) + 1
-            scratch = self.scratch_root / f"{name}-{self._count}"
+            scratch = self.scratch_root / f"{name}-{self.spawned[name]}"
         scratch.mkdir(parents=True)
         token = self.metering.new_token() if self.metering is not None else None
         with self._lock:
