@@ -34,6 +34,11 @@ class RunLogError(ValueError):
 _SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
 
 
+def secret_variable(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (``HF_TOKEN``, ``*_API_KEY``)."""
+    return bool(_SECRET_VARIABLE.search(name))
+
+
 _AUTHORIZATION = re.compile(
     r"((?:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?\s*(?:bearer|basic|token)?\s*)"
     r"(?!<)[^\s\"',;}]+",
@@ -68,7 +73,7 @@ def _secrets() -> list[tuple[str, str]]:
     secrets = [
         (name, form)
         for name, value in os.environ.items()
-        if len(value) >= 8 and _SECRET_VARIABLE.search(name)
+        if len(value) >= 8 and secret_variable(name)
         for form in encodings(value)
     ]
     if type(raw) is dict:

@@ -10,6 +10,7 @@ what the twin scores, and the run directory must still verify.
 from __future__ import annotations
 
 import gc
+import importlib.machinery
 import os
 import socket
 import sys
@@ -31,6 +32,7 @@ from budgetbench_core.tokenizers import PromptCounter
 
 TASK_OPTIONS = {"items": 4, "history_tokens": 600}
 LANDLOCK = abi_version() >= 4  # file and TCP rules
+SCOPES = abi_version() >= 6  # no signal to a process outside the worker
 
 
 def answers() -> dict[str, str]:
@@ -99,7 +101,7 @@ class Trespasser(Truncation):
         super().__init__(run_dir=run_dir, data_file=data_file, port=port)
         self.run_dir, self.data_file, self.port = Path(run_dir), Path(data_file), port
 
-    def apply(self, history, budget, context):
+    def tries(self) -> dict[str, str]:
         def forge():
             with open(self.run_dir / "cells" / "forged.jsonl", "a") as handle:
                 handle.write('{"event": "result", "quality": 1.0}\n')
@@ -108,14 +110,49 @@ class Trespasser(Truncation):
             with socket.create_connection(("127.0.0.1", self.port), timeout=2):
                 pass
 
-        context.audit["tries"] = {
+        return {
             "list_run_dir": attempt(lambda: os.listdir(self.run_dir)),
-            "read_cache": attempt(lambda: (self.run_dir / "cache.sqlite").read_bytes()),
             "forge_row": attempt(forge),
             "read_data_file": attempt(lambda: self.data_file.read_bytes()),
             "connect_model_server": attempt(connect),
+            "signal_harness": attempt(lambda: os.kill(os.getppid(), 0)),  # 0: only asks whether it may
+        }
+
+    def apply(self, history, budget, context):
+        context.audit["tries"] = {
+            **self.tries(),
+            "read_cache": attempt(lambda: (self.run_dir / "cache.sqlite").read_bytes()),
             "write_scratch": attempt(lambda: (context.scratch_dir / "index.bin").write_bytes(b"mine")),
         }
+        return super().apply(history, budget, context)
+
+
+class EarlyTrespasser(Trespasser):
+    """Tries the same while it is created (as import-time code would), with its paths passed so
+    that they do not look like paths ('@/...'), and plants a module whose origin is the data
+    file, so that a confinement built from the worker's own module list would open its folder."""
+
+    name = "hostile-early-trespasser"
+
+    def __init__(self, run_dir: str = "", data_file: str = "", port: int = 0) -> None:
+        super().__init__(run_dir=run_dir.lstrip("@"), data_file=data_file.lstrip("@"), port=port)
+        self.early = self.tries()
+        planted = types.ModuleType("planted")
+        planted.__spec__ = importlib.machinery.ModuleSpec("planted", None, origin=str(self.data_file))
+        sys.modules["planted"] = planted
+
+    def apply(self, history, budget, context):
+        context.audit["early"] = self.early
+        return super().apply(history, budget, context)
+
+
+class EnvSpy(Truncation):
+    """Reports the variables of its worker's environment that hold one of the harness's credentials."""
+
+    name = "hostile-env-spy"
+
+    def apply(self, history, budget, context):
+        context.audit["credentials"] = sorted(k for k, v in os.environ.items() if "planted" in v)
         return super().apply(history, budget, context)
 
 
@@ -202,7 +239,10 @@ class Declares(Truncation):
 
 PLUGIN = types.SimpleNamespace(
     register_strategies=hookimpl(
-        lambda register: [register(cls) for cls in (GcSpy, Patcher, Trespasser, Exiter, Hanger, OwnSdk, Declares)]
+        lambda register: [
+            register(cls)
+            for cls in (GcSpy, Patcher, Trespasser, EarlyTrespasser, EnvSpy, Exiter, Hanger, OwnSdk, Declares)
+        ]
     )
 )
 
@@ -277,6 +317,7 @@ def test_a_confined_worker_reaches_neither_the_run_directory_nor_the_data_nor_th
     assert len(tries) == TASK_OPTIONS["items"]
     for tried in tries:
         assert tried.pop("write_scratch") == "reached"  # its own folder is its to use
+        assert tried.pop("signal_harness") == ("PermissionError" if SCOPES else "reached")
         assert set(tried.values()) == {"PermissionError"}, tried
     assert not (out / "cells" / "forged.jsonl").exists()
     assert len(hits) == summary.model_calls  # the harness's calls, none of the strategy's
@@ -285,6 +326,37 @@ def test_a_confined_worker_reaches_neither_the_run_directory_nor_the_data_nor_th
 
     isolation = read_manifest(out)["identity"]["isolation"]
     assert isolation["isolation"] == "process" and isolation["sandbox"] == f"landlock-abi-{abi_version()}"
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="needs Landlock ABI 4 (Linux 6.7+) for file and TCP rules")
+def test_a_worker_is_confined_before_its_plugin_runs_and_nothing_it_plants_widens_that(tmp_path):
+    """Old code: the worker was confined after its plugin was created, by a list of its own loaded
+    modules: the constructor listed the run directory, read the data file and reached the model
+    server, and the planted module opened the data's folder (the run directory too) to apply."""
+    data = tmp_path / "answers.json"
+    data.write_text('{"answer": "secret"}')
+    params = {"run_dir": f"@{tmp_path / 'run'}", "data_file": f"@{data}", "port": "PORT"}
+    out, summary, rows, audits, hits = hostile_run(tmp_path, "hostile-early-trespasser", params)
+    audited = [audit for (name, _), audit in audits.items() if name == "hostile-early-trespasser"]
+    assert len(audited) == TASK_OPTIONS["items"]
+    for audit in audited:
+        for tried in (audit["early"], audit["tries"]):
+            assert tried.pop("signal_harness") == ("PermissionError" if SCOPES else "reached")
+        assert set(audit["early"].values()) == {"PermissionError"}, audit["early"]
+        assert audit["tries"].pop("write_scratch") == "reached"
+        assert set(audit["tries"].values()) == {"PermissionError"}, audit["tries"]
+    assert not (out / "cells" / "forged.jsonl").exists()
+    assert len(hits) == summary.model_calls  # the harness's calls, none of the strategy's
+    assert verify_run(out).ok
+
+
+def test_no_credential_of_the_harness_reaches_a_worker(tmp_path, monkeypatch):
+    """Old code: ``HF_TOKEN`` passed with the other ``HF_`` switches."""
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "LC_SECRET", "TORCH_PASSWORD"):
+        monkeypatch.setenv(name, f"planted-credential-{name.lower()}")
+    _, _, _, audits, _ = hostile_run(tmp_path, "hostile-env-spy")
+    spied = [audit["credentials"] for (name, _), audit in audits.items() if name == "hostile-env-spy"]
+    assert spied == [[]] * TASK_OPTIONS["items"]
 
 
 def test_a_strategy_that_exits_its_process_is_an_error_row_naming_it_and_the_run_goes_on(tmp_path):

@@ -33,10 +33,13 @@ INGEST_CPU, RETRIEVE_CPU = 0.3, 0.15  # seconds of CPU the memory system spends,
 SMALL, LARGE = 300, 2000  # full context (600-token histories) fits only the large budget
 
 
+_process_time = time.process_time  # kept: a lying plugin below replaces the module's
+
+
 def spin(seconds: float) -> None:
     """Use ``seconds`` of this process's CPU time."""
-    end = time.process_time() + seconds
-    while time.process_time() < end:
+    end = _process_time() + seconds
+    while _process_time() < end:
         pass
 
 
@@ -67,7 +70,31 @@ class NotesMemory(MemorySystem):
         return [RetrievedItem(self.sessions[-1].messages[-1].content, score=1.0)]
 
 
-PLUGIN = types.SimpleNamespace(register_strategies=hookimpl(lambda register: register(NotesMemory)))
+class LyingMemory(MemorySystem):
+    """Spends the same CPU as ``NotesMemory`` in ingest and retrieve, but stops its worker's clock
+    after its first ingest (``time.process_time`` reads 0 from then on): by its own account, its
+    worker spends nothing."""
+
+    name = "cpu-lying-memory"
+    regime = Regime.PERSISTENT_STATEFUL
+
+    def reset(self):
+        self.sessions = []
+
+    def ingest(self, sessions, context):
+        spin(INGEST_CPU)
+        time.process_time = lambda: 0.0
+        self.sessions = list(sessions)
+        return IngestReport(len(sessions), len(sessions), [])
+
+    def retrieve(self, query, context):
+        spin(RETRIEVE_CPU)
+        return [RetrievedItem(self.sessions[-1].messages[-1].content, score=1.0)]
+
+
+PLUGIN = types.SimpleNamespace(
+    register_strategies=hookimpl(lambda register: [register(cls) for cls in (NotesMemory, LyingMemory)])
+)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +146,32 @@ def test_the_workers_own_cpu_seconds_are_recorded_per_cell_and_phase(memory_run)
     for cell in cells:
         parts = [cell[f"worker_cpu_{label}_s"] for label in ("write", "read", "other")]
         assert cell["worker_cpu_s"] == pytest.approx(sum(p or 0 for p in parts), abs=1e-5)
+
+
+def test_a_worker_that_misreports_its_cpu_is_charged_what_the_harness_measured(tmp_path):
+    """Old code: the ledger took the worker's own report, and this one reported (almost) nothing."""
+    out = tmp_path / "run"
+    with FaultServer() as server:
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["cpu-lying-memory"],
+                budgets=[SMALL],
+                out=out,
+                api_base=server.url,
+                model="openai/fault-model",
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": 2, "history_tokens": 600},
+                max_concurrency=1,
+                retries=0,
+            ),
+            registry=registry_with(PLUGIN, distribution="cpu-notes"),
+        )
+    rows = list(final_rows(out).values())
+    assert len(rows) == 2
+    for row in rows:
+        spent = sum(phase.get("cpu_s") or 0 for phase in row["metered"].values())
+        assert spent >= INGEST_CPU + RETRIEVE_CPU, row["metered"]
 
 
 def recomputed(out) -> dict[tuple[str, int], dict[str, float]]:

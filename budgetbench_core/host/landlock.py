@@ -2,11 +2,13 @@
 
 A process boundary keeps a plugin out of the harness's memory, not off the disk: without
 this, a strategy could read the task's data file (answers included) or walk to the run
-directory. After its plugin is imported, a worker restricts itself for good: read-only on
-the Python environment, the modules it has loaded and the folders its plugin declares;
+directory. Before its plugin is imported, a worker restricts itself for good: read-only on
+the Python environment, the modules it has loaded and the paths the harness allows (the
+plugin's code and its parameters' paths; once created, what the plugin declares, a second
+layer that only narrows: whatever the plugin did to ``sys.modules`` cannot widen it);
 read-write on its scratch folder (and /dev for /dev/null and /dev/shm); nothing else on
 disk; TCP connections only to the ports the harness allows (its metering gateway and outside
-proxy).
+proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6).
 
 PyPI's ``landlock`` bindings were considered; the four system calls and three structures
 below are all this needs, so no dependency. ``confine`` returns what it applied, recorded in
@@ -31,11 +33,16 @@ _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
 _REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _CONNECT_TCP, _BIND_TCP = 1 << 1, 1 << 0
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6 (Linux 6.12)
 _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -93,9 +100,13 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
     fs = _FS_ABI1 | (_REFER if version >= 2 else 0) | (_TRUNCATE if version >= 3 else 0)
     fs |= _IOCTL_DEV if version >= 5 else 0
     net = (_CONNECT_TCP | _BIND_TCP) if version >= 4 else 0
+    # no signal to, and no abstract socket of, any process outside this worker: not the harness,
+    # not a rival plugin's worker (which a hostile one could otherwise stop or kill)
+    scoped = (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if version >= 6 else 0
     libc = _libc()
-    attr = _RulesetAttr(fs, net)
-    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    attr = _RulesetAttr(fs, net, scoped)
+    size = ctypes.sizeof(attr) if version >= 6 else _RulesetAttr.scoped.offset  # older kernels know two fields
+    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         return {"sandbox": "none", "reason": f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"}
     read = fs & (_EXECUTE | _READ_FILE | _READ_DIR)
@@ -121,6 +132,7 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
     return {
         "sandbox": f"landlock-abi-{version}",
         "network": "the gateway and the outside proxy only" if net else "unrestricted (Landlock ABI < 4: no TCP rules)",
+        "signals": "its own process only" if scoped else "unrestricted (Landlock ABI < 6: no scopes)",
     }
 
 

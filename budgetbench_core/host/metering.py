@@ -12,8 +12,13 @@ recorded in ``late_calls.jsonl`` against the cell the worker last served.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import secrets
+import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ..backends import Completion, GenerationParams
@@ -108,13 +113,53 @@ def _totals(cell: CellLog, phase: str) -> dict[str, Any]:
     )
 
 
-def charge_cpu(cell: CellLog, spent: dict[str, Any]) -> None:
-    """Add the CPU seconds a worker measured of itself during the cell's ``apply`` (by the worker's
-    phase: ingest, retrieve, the rest) to the cell's totals of write, read and aux."""
+def process_cpu_clock(pid: int) -> Callable[[], float | None] | None:
+    """A reader of process ``pid``'s CPU seconds (every thread of it, ns resolution), from outside
+    it: a worker's cost is the harness's measurement, not the worker's word. None where the
+    platform has no such clock (not Linux); the reader returns None once the process is gone."""
+    if not sys.platform.startswith("linux"):
+        return None
+    clock = ctypes.c_int()
+    if ctypes.CDLL(None).clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        return None
+
+    def read() -> float | None:
+        try:
+            return time.clock_gettime(clock.value)
+        except OSError:
+            return None
+
+    return read
+
+
+def reported_cpu(reported: Any) -> dict[str, float]:
+    """The usable part of what a worker reported of its CPU seconds by phase."""
+    if not isinstance(reported, dict):
+        return {}
+    return {
+        str(phase): float(seconds)
+        for phase, seconds in reported.items()
+        if type(seconds) in (int, float) and math.isfinite(seconds) and seconds >= 0
+    }
+
+
+def cpu_by_phase(reported: Any, measured: float) -> dict[str, float]:
+    """``measured`` seconds split in the proportions the worker reported by phase: the worker
+    knows when its plugin ingests or retrieves, only the harness's clock says how much in all
+    (a worker that reports less, or nothing, changes the split at most, never the total)."""
+    parts = reported_cpu(reported)
+    total = sum(parts.values())
+    if total <= 0:
+        return {"apply": measured}
+    return {phase: measured * seconds / total for phase, seconds in parts.items()}
+
+
+def charge_cpu(cell: CellLog, spent: dict[str, float]) -> None:
+    """Add a worker's CPU seconds during the cell's ``apply`` (by the worker's phase: ingest,
+    retrieve, the rest) to the cell's totals of write, read and aux."""
     for phase, seconds in spent.items():
-        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
-            totals = _totals(cell, PHASE_OF.get(str(phase), "aux"))
-            totals["cpu_s"] = round(totals["cpu_s"] + float(seconds), 6)
+        totals = _totals(cell, PHASE_OF.get(str(phase), "aux"))
+        totals["cpu_s"] = round(totals["cpu_s"] + seconds, 6)
 
 
 def _add(cell: CellLog, record: CallRecord) -> None:

@@ -10,11 +10,14 @@ and ``max_workers`` (``-j``) per strategy: the number of processes follows the w
 in them, not ``-j``. A worker is killed when it misses a deadline, exits, or the run ends.
 Its environment is built here, not inherited: no API key, HOME and TMPDIR in its scratch
 folder, the gateway's address for SDKs, and the harness's outside proxy (``proxy``) for the
-hosts its plugin declares.
+hosts its plugin declares. Where Landlock is available a worker is confined twice, by policies
+built here: before any plugin code runs (its import included: its own code, the paths its
+parameters name, its scratch folder), then narrowed to what the created strategy declares.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import threading
@@ -22,13 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..plugin_loading import installed_entry_points
+from ..runlog import secret_variable
 from .landlock import abi_version
 from .metering import Metering
 from .proxy import OutsideProxy
 from .remote import RemoteStrategy, WorkerGone, WorkerProcess
 
 # What a worker inherits from the harness's environment: locale, paths and library switches,
-# never a credential.
+# never a credential (a prefixed variable whose name says it holds one, ``HF_TOKEN``, is left out).
 _INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "BUDGETBENCH_LOAD_PLUGINS", "PYTHONHASHSEED",
               "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")  # fmt: skip
 _INHERITED_PREFIXES = ("LC_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "TORCH_")
@@ -60,6 +65,40 @@ def strategy_source(cls: Any, distribution: str, version: str) -> dict[str, Any]
         "distribution": distribution,
         "version": version,
     }
+
+
+def code_locations(source: Source) -> list[str]:
+    """Where a worker's plugin code lives, found without running any of it (``find_spec`` of
+    its top-level package, as the import system would): readable from the worker's first step."""
+    if source and "module" in source:
+        modules, found = [str(source["module"])], [str(source["file"])] if source.get("file") else []
+    else:
+        wanted = set((source or {}).get("entry_points") or [])
+        modules, found = [ep.module for ep in installed_entry_points()[0] if not wanted or ep.name in wanted], []
+    for module in modules:
+        try:
+            spec = importlib.util.find_spec(module.partition(".")[0])
+        except (ImportError, ValueError):
+            continue  # not importable by name: the worker loads it by its file, or names the failure
+        if spec is not None and spec.submodule_search_locations:
+            found += list(spec.submodule_search_locations)
+        elif spec is not None and spec.origin and os.path.isabs(spec.origin):
+            found.append(spec.origin)
+    return sorted({os.path.realpath(p) for p in found})
+
+
+def named_paths(params: Any) -> list[str]:
+    """The existing absolute paths among a strategy's parameter values (a model folder the user
+    passed): readable while the plugin starts, until it declares what it reads (``read_paths``)."""
+    if isinstance(params, dict):
+        return [p for value in params.values() for p in named_paths(value)]
+    if isinstance(params, (list, tuple)):
+        return [p for value in params for p in named_paths(value)]
+    return (
+        [os.path.realpath(params)]
+        if isinstance(params, str) and os.path.isabs(params) and os.path.exists(params)
+        else []
+    )
 
 
 def _overlap(path: Path, guarded: Path) -> bool:
@@ -133,7 +172,11 @@ class PluginHost:
         return [self.metering.port] if self.metering is not None else []
 
     def _environment(self, scratch: Path, token: str | None, proxy_token: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in _INHERITED or (k.startswith(_INHERITED_PREFIXES) and not secret_variable(k))
+        }
         env.update(HOME=str(scratch), TMPDIR=str(scratch), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         if self.metering is not None and token is not None:
@@ -205,9 +248,13 @@ class PluginHost:
         with self._lock:
             self.proxy.start()
         proxy_token = self.proxy.register(name, [])  # what it may reach is known once it is created
+        ports = [*self.ports, self.proxy.port]
+        first = self._first_policy(name, params, source, scratch, ports) if self.confine else None
         worker = WorkerProcess(self._environment(scratch, token, proxy_token), scratch / "worker.log", scratch)
         with self._lock:
             self._workers.append(worker)
+        if first is not None:  # before any code of the plugin runs, its import included
+            self._confined(worker, name, scratch, first)
         frame = {
             "op": "create",
             "name": name,
@@ -242,14 +289,30 @@ class PluginHost:
         self.proxy.declare(proxy_token, hosts)
         if hosts:
             self.declared_hosts[name] = hosts
-        if self.confine:
-            policy = {"read": reads, "write": [str(scratch)], "ports": [*self.ports, self.proxy.port]}
-            confined = self._ask(worker, name, scratch, {"op": "confine", "policy": policy})
-            applied: dict[str, Any] = confined["sandbox"] if isinstance(confined.get("sandbox"), dict) else {}
-            if applied.get("sandbox") != sandbox_name():
-                worker.kill()  # never a silent fallback: the run's identity says the workers are confined
-                raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
+        if self.confine:  # narrowed for good: parameter paths it did not declare are no longer readable
+            self._confined(worker, name, scratch, {"read": reads, "write": [str(scratch)], "ports": ports})
         return RemoteStrategy(name, worker, created, self.metering, token, self.proxy, proxy_token)
+
+    def _first_policy(self, name: str, params: dict[str, Any], source: Source, scratch: Path, ports: list[int]) -> dict:
+        """What a worker may reach while its plugin is imported and created: its code, the paths
+        its parameters name (never the run directory or the task's data), its scratch folder."""
+        code = code_locations(source)
+        held = [p for p in code if any(_overlap(Path(p), guarded) for guarded in self.guarded)]
+        if held:
+            raise PluginHostError(
+                f"strategy {name!r}: its code at {held[0]} holds (or is inside) the run directory or the task's data: "
+                f"refused (a confined worker would read the evidence); keep runs and data outside plugin folders"
+            )
+        named = [p for p in named_paths(params) if not any(_overlap(Path(p), g) for g in self.guarded)]
+        return {"read": [*code, *named], "write": [str(scratch)], "ports": ports}
+
+    def _confined(self, worker: WorkerProcess, name: str, scratch: Path, policy: dict[str, Any]) -> None:
+        """Have the worker confine itself with ``policy`` (Landlock layers only ever narrow)."""
+        confined = self._ask(worker, name, scratch, {"op": "confine", "policy": policy})
+        applied: dict[str, Any] = confined["sandbox"] if isinstance(confined.get("sandbox"), dict) else {}
+        if applied.get("sandbox") != sandbox_name():
+            worker.kill()  # never a silent fallback: the run's identity says the workers are confined
+            raise PluginHostError(f"strategy {name!r}: its worker could not be confined ({applied or 'no answer'})")
 
     @staticmethod
     def _ask(worker: WorkerProcess, name: str, scratch: Path, frame: dict[str, Any]) -> dict[str, Any]:

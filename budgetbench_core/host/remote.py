@@ -28,7 +28,7 @@ from ..messages import Message
 from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
-from .metering import Metering, charge_cpu
+from .metering import Metering, charge_cpu, cpu_by_phase, process_cpu_clock, reported_cpu
 from .proxy import OutsideProxy
 
 
@@ -111,6 +111,9 @@ class RemoteStrategy(MemoryStrategy):
         self.proxy, self.proxy_token = proxy, proxy_token  # its outside proxy credentials, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
+        self._cpu_clock = process_cpu_clock(worker.process.pid)  # the worker's CPU time, read from here
+        self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
+        self._reported_cpu: Any = None  # the worker's own split of its last apply's CPU, by phase
         self._lock = threading.Lock()
         self.regime = Regime.LOCAL_ONLY  # type: ignore[misc]  # the worker's describe() says the real one
 
@@ -139,9 +142,11 @@ class RemoteStrategy(MemoryStrategy):
         self._bind(None)
         if self.proxy is not None and self.proxy_token is not None:
             self.proxy.bind(self.proxy_token, self.cell)
+        self._reported_cpu = None
         try:
             done = self._call(frame, context)
         finally:
+            self._charge_cpu()
             self.cell = None  # the next cell sets its own
             if self.metering is not None and self.token is not None:
                 self.metering.unbind(self.token)
@@ -163,6 +168,20 @@ class RemoteStrategy(MemoryStrategy):
     def close(self) -> None:
         self.worker.kill()
 
+    def _charge_cpu(self) -> None:
+        """Charge the cell with the worker's CPU since the last apply ended (its reset, and any
+        thread it left running, included), measured by the harness where it can."""
+        if self.cell is None:
+            return
+        if self._cpu_clock is None:  # no clock for another process here: the worker's own word
+            charge_cpu(self.cell, reported_cpu(self._reported_cpu))
+            return
+        now = self._cpu_clock()
+        if now is None or self._cpu_mark is None:
+            return  # the worker is gone: its last seconds cannot be read
+        measured, self._cpu_mark = max(0.0, now - self._cpu_mark), now
+        charge_cpu(self.cell, cpu_by_phase(self._reported_cpu, measured))
+
     def _bind(self, phase: str | None) -> None:
         """Charge the worker's gateway calls to this cell and ``phase`` from now on."""
         if self.metering is not None and self.token is not None and self.cell is not None:
@@ -176,8 +195,8 @@ class RemoteStrategy(MemoryStrategy):
             aux_refusal: AuxiliaryBudgetError | None = None
             reply = self.worker.exchange(frame)
             while True:
-                if isinstance(reply.get("cpu_s"), dict) and self.cell is not None:
-                    charge_cpu(self.cell, reply["cpu_s"])
+                if "done" in reply or "failed" in reply:
+                    self._reported_cpu = reply.get("cpu_s")
                 if "done" in reply:
                     return reply["done"]
                 if "failed" in reply:

@@ -1,9 +1,9 @@
 """The program a plugin worker runs: one strategy (or memory system) in a process of its own.
 
 Started by ``remote.WorkerProcess`` as ``python -m budgetbench_core.host.worker FD``; it reads
-frames from the socket ``FD`` (``wire``), loads only the entry point that registers its
-strategy, confines itself (``landlock``) and then serves ``reset``, ``describe`` and
-``apply``. While ``apply`` runs, the strategy's token counts and auxiliary model calls are
+frames from the socket ``FD`` (``wire``), confines itself (``landlock``) before it loads the
+entry point that registers its strategy, narrows that once the strategy is created, and then
+serves ``reset``, ``describe`` and ``apply``. While ``apply`` runs, the strategy's token counts and auxiliary model calls are
 requests back to the harness: the worker holds no tokenizer, no model client, no item with
 its grading key, no run directory and no cache, only the strategy's view and its scratch
 folder. Whatever it does to its own memory changes nothing the harness counts or records.
@@ -94,8 +94,8 @@ class HarnessTokenizer(Tokenizer):
 
 
 class CpuClock:
-    """This worker's own CPU seconds (every thread of it), split by the phase it was in, for
-    the cost ledger: measured here, since the harness's clock cannot see another process."""
+    """This worker's own CPU seconds (every thread of it), split by the phase it was in: the
+    harness measures the total from outside and takes only the split from here."""
 
     def __init__(self) -> None:
         self.phase = "apply"
