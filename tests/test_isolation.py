@@ -156,6 +156,25 @@ class EnvSpy(Truncation):
         return super().apply(history, budget, context)
 
 
+class PhaseForger(Truncation):
+    """Tells the harness, on its worker's channel, that it is ingesting (a memory system's write
+    calls are amortised and not budgeted), then sends its own call far over the budget."""
+
+    name = "hostile-phase-forger"
+
+    def apply(self, history, budget, context):
+        import openai
+
+        from budgetbench_core.host import wire
+
+        host = next(o for o in gc.get_objects() if type(o).__name__ == "Host" and hasattr(o, "conn"))
+        wire.send(host.conn, {"phase": "ingest"})
+        client = openai.OpenAI(max_retries=0, timeout=10)
+        long = [{"role": "user", "content": "forged write " * 1500}]
+        context.audit["forged"] = attempt(lambda: client.chat.completions.create(model="m", messages=long))
+        return super().apply(history, budget, context)
+
+
 class Exiter(Truncation):
     """Ends its own process on the first item."""
 
@@ -241,7 +260,18 @@ PLUGIN = types.SimpleNamespace(
     register_strategies=hookimpl(
         lambda register: [
             register(cls)
-            for cls in (GcSpy, Patcher, Trespasser, EarlyTrespasser, EnvSpy, Exiter, Hanger, OwnSdk, Declares)
+            for cls in (
+                GcSpy,
+                Patcher,
+                Trespasser,
+                EarlyTrespasser,
+                EnvSpy,
+                PhaseForger,
+                Exiter,
+                Hanger,
+                OwnSdk,
+                Declares,
+            )
         ]
     )
 )
@@ -357,6 +387,19 @@ def test_no_credential_of_the_harness_reaches_a_worker(tmp_path, monkeypatch):
     _, _, _, audits, _ = hostile_run(tmp_path, "hostile-env-spy")
     spied = [audit["credentials"] for (name, _), audit in audits.items() if name == "hostile-env-spy"]
     assert spied == [[]] * TASK_OPTIONS["items"]
+
+
+def test_a_phase_the_worker_reports_out_of_turn_ends_it_and_fails_the_cell(tmp_path):
+    """Old code: every tier's forged call was charged as an unbudgeted write (one per item is the
+    most a memory system's ingest can be: the first apply of an item)."""
+    out, _, rows, _, _ = hostile_run(tmp_path, "hostile-phase-forger", budgets=[300, 2000])
+    forger = by_strategy(rows, "hostile-phase-forger")
+    errors = [r for r in forger.values() if r["event"] == "error"]
+    assert len(errors) == TASK_OPTIONS["items"]  # the second tier of every item
+    assert all("hostile-phase-forger" in r["cause"] and "phase 'ingest'" in r["cause"] for r in errors)
+    writes = sum(r.get("metered", {}).get("write", {}).get("calls", 0) for r in forger.values())
+    assert writes <= TASK_OPTIONS["items"]
+    assert verify_run(out).ok
 
 
 def test_a_strategy_that_exits_its_process_is_an_error_row_naming_it_and_the_run_goes_on(tmp_path):

@@ -114,6 +114,8 @@ class RemoteStrategy(MemoryStrategy):
         self._cpu_clock = process_cpu_clock(worker.process.pid)  # the worker's CPU time, read from here
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
         self._reported_cpu: Any = None  # the worker's own split of its last apply's CPU, by phase
+        self._fresh = True  # no apply since the worker started or was reset
+        self._phases_left: list[str] = []  # the phases this apply may still enter, in order
         self._lock = threading.Lock()
         self.regime = Regime.LOCAL_ONLY  # type: ignore[misc]  # the worker's describe() says the real one
 
@@ -129,6 +131,7 @@ class RemoteStrategy(MemoryStrategy):
 
     def reset(self) -> None:
         self._call({"op": "reset"})
+        self._fresh = True
 
     def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
         frame = {
@@ -143,9 +146,15 @@ class RemoteStrategy(MemoryStrategy):
         if self.proxy is not None and self.proxy_token is not None:
             self.proxy.bind(self.proxy_token, self.cell)
         self._reported_cpu = None
+        # A memory system ingests and retrieves in the first apply of an item, once each and in
+        # that order: a phase the worker reports elsewhere would relabel its calls (a write is
+        # amortised and not budgeted), so it ends the worker and fails the cell.
+        self._phases_left = ["ingest", "retrieve"] if self._fresh or frame["view"] is not None else []
+        self._fresh = False
         try:
             done = self._call(frame, context)
         finally:
+            self._phases_left = []
             self._charge_cpu()
             self.cell = None  # the next cell sets its own
             if self.metering is not None and self.token is not None:
@@ -167,6 +176,18 @@ class RemoteStrategy(MemoryStrategy):
 
     def close(self) -> None:
         self.worker.kill()
+
+    def _enter(self, phase: str | None) -> None:
+        """Accept the phase the worker says it entered, or end the worker (see ``apply``)."""
+        if phase is None:
+            return
+        if phase not in self._phases_left:
+            self.worker.kill()
+            raise PluginRaised(
+                f"its worker reported entering phase {phase!r} where no such phase can begin (a memory system "
+                f"ingests, then retrieves, once each in the first apply of an item): the worker was ended"
+            )
+        del self._phases_left[: self._phases_left.index(phase) + 1]
 
     def _charge_cpu(self) -> None:
         """Charge the cell with the worker's CPU since the last apply ended (its reset, and any
@@ -205,6 +226,7 @@ class RemoteStrategy(MemoryStrategy):
                     raise self._failure(reply["failed"], aux_refusal)
                 if "phase" in reply:
                     self.current_phase = reply["phase"] if isinstance(reply["phase"], str) else None
+                    self._enter(self.current_phase)
                     self._bind(self.current_phase)
                     reply = self.worker.receive()
                     continue
