@@ -161,6 +161,7 @@ class PluginHost:
         self._closed = False
         self._workers: list[WorkerProcess] = []
         self.spawned: dict[str, int] = {}  # per strategy: workers started in the run (manifest, benchmarks)
+        self._code: dict[str, list[str]] = {}  # per strategy: where its code lives (``code_locations``)
 
     def meter_with(self, metering: Metering) -> None:
         """Workers spawned from now on send their own SDK's calls to ``metering``'s gateway."""
@@ -296,7 +297,9 @@ class PluginHost:
     def _first_policy(self, name: str, params: dict[str, Any], source: Source, scratch: Path, ports: list[int]) -> dict:
         """What a worker may reach while its plugin is imported and created: its code, the paths
         its parameters name (never the run directory or the task's data), its scratch folder."""
-        code = code_locations(source)
+        code = self._code.get(name)
+        if code is None:  # found once per strategy: the installed metadata is scanned in this process
+            code = self._code[name] = code_locations(source)
         held = [p for p in code if any(_overlap(Path(p), guarded) for guarded in self.guarded)]
         if held:
             raise PluginHostError(
