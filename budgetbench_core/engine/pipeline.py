@@ -333,12 +333,12 @@ def prepare_cell(
     way: the strategy's part is over and it takes no more auxiliary calls.
     """
     cell = services.cell(strategy_name, item, budget, repeat)
-    deadline = Deadline(services.settings.item_timeout_s)
-    context = strategy_context(services, cell, view, budget, repeat, deadline)
     try:
-        gated = build_prompt(
-            services, cell, services.strategies.get(strategy_name), item, view, budget, context, deadline
-        )
+        strategy = services.strategies.get(strategy_name)
+        # from here: a worker started above (its predecessor was discarded) is not the plugin's time
+        deadline = Deadline(services.settings.item_timeout_s)
+        context = strategy_context(services, cell, view, budget, repeat, deadline)
+        gated = build_prompt(services, cell, strategy, item, view, budget, context, deadline)
         cell.close()
         if gated is None:
             return None
