@@ -97,28 +97,33 @@ PLUGIN = types.SimpleNamespace(
 )
 
 
+def ledger_run(server, out, strategies: list[str], budgets: list[int], items: int) -> None:
+    """One run of this file's plugins against ``server``, on synthetic-memory's 600-token histories."""
+    run(
+        RunConfig(
+            task="synthetic-memory",
+            strategies=strategies,
+            budgets=budgets,
+            out=out,
+            api_base=server.url,
+            model="openai/fault-model",
+            tokenizer="tiktoken:cl100k_base",
+            task_options={"items": items, "history_tokens": 600},
+            max_concurrency=1,
+            retries=0,
+            timeout_s=30.0,
+        ),
+        registry=registry_with(PLUGIN, distribution="cpu-notes"),
+    )
+
+
 @pytest.fixture(scope="module")
 def memory_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("worker-ledger") / "run"
     counter = PromptCounter(tokenizer_for("tiktoken:cl100k_base"))
     served = lambda messages: counter.count([Message(m["role"], m["content"]) for m in messages])  # noqa: E731
     with FaultServer(count_prompt=served) as server:
-        run(
-            RunConfig(
-                task="synthetic-memory",
-                strategies=["truncation", "full_context", "cpu-notes-memory"],
-                budgets=[SMALL, LARGE],
-                out=out,
-                api_base=server.url,
-                model="openai/fault-model",
-                tokenizer="tiktoken:cl100k_base",
-                task_options={"items": ITEMS, "history_tokens": 600},
-                max_concurrency=1,
-                retries=0,
-                timeout_s=30.0,
-            ),
-            registry=registry_with(PLUGIN, distribution="cpu-notes"),
-        )
+        ledger_run(server, out, ["truncation", "full_context", "cpu-notes-memory"], [SMALL, LARGE], ITEMS)
     paths = write_report(out)
     rows = {key[1:]: row for key, row in final_rows(out).items()}
     ledger = {(r["strategy"], r["budget"]): r for r in json.loads(paths["json"].read_text())["ledger"]}
@@ -152,21 +157,7 @@ def test_a_worker_that_misreports_its_cpu_is_charged_what_the_harness_measured(t
     """Old code: the ledger took the worker's own report, and this one reported (almost) nothing."""
     out = tmp_path / "run"
     with FaultServer() as server:
-        run(
-            RunConfig(
-                task="synthetic-memory",
-                strategies=["cpu-lying-memory"],
-                budgets=[SMALL],
-                out=out,
-                api_base=server.url,
-                model="openai/fault-model",
-                tokenizer="tiktoken:cl100k_base",
-                task_options={"items": 2, "history_tokens": 600},
-                max_concurrency=1,
-                retries=0,
-            ),
-            registry=registry_with(PLUGIN, distribution="cpu-notes"),
-        )
+        ledger_run(server, out, ["cpu-lying-memory"], [SMALL], 2)
     rows = list(final_rows(out).values())
     assert len(rows) == 2
     for row in rows:

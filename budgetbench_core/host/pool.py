@@ -267,7 +267,7 @@ class PluginHost:
         }
         created = self._ask(worker, name, scratch, frame)
         reads = created.get("read_paths") or []
-        refused = [p for p in reads if any(_overlap(Path(p), guarded) for guarded in self.guarded)]
+        refused = [p for p in reads if self._reaches_evidence(p)]
         if refused:
             worker.kill()
             raise PluginHostError(
@@ -300,14 +300,18 @@ class PluginHost:
         code = self._code.get(name)
         if code is None:  # found once per strategy: the installed metadata is scanned in this process
             code = self._code[name] = code_locations(source)
-        held = [p for p in code if any(_overlap(Path(p), guarded) for guarded in self.guarded)]
+        held = [p for p in code if self._reaches_evidence(p)]
         if held:
             raise PluginHostError(
                 f"strategy {name!r}: its code at {held[0]} holds (or is inside) the run directory or the task's data: "
                 f"refused (a confined worker would read the evidence); keep runs and data outside plugin folders"
             )
-        named = [p for p in named_paths(params) if not any(_overlap(Path(p), g) for g in self.guarded)]
+        named = [p for p in named_paths(params) if not self._reaches_evidence(p)]
         return {"read": [*code, *named], "write": [str(scratch)], "ports": ports}
+
+    def _reaches_evidence(self, path: str) -> bool:
+        """Whether reading ``path`` would reach the run directory or the task's data."""
+        return any(_overlap(Path(path), guarded) for guarded in self.guarded)
 
     def _confined(self, worker: WorkerProcess, name: str, scratch: Path, policy: dict[str, Any]) -> None:
         """Have the worker confine itself with ``policy`` (Landlock layers only ever narrow)."""
