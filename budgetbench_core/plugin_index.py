@@ -3,6 +3,9 @@
 It is computed by importing the plugins in a child process (``host.index``), so no plugin's
 import-time code runs in the harness that asks, and cached on disk keyed by the installed
 entry points, their distributions' versions and their files (editable installs change in place).
+Every installed plugin is imported there, used in the run or not, so the child is a plugin's
+process like a worker: no credential in its environment and, with Landlock, confined before the
+first import to the Python environment and the plugins' code, a temporary folder and no TCP.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .host.pool import _INHERITED, _INHERITED_PREFIXES, code_locations
 from .plugin_loading import PluginError, PluginInfo
+from .runlog import secret_variable
 
-FORMAT = 2  # bumped when the index gains a field: older cache files are then not read
+FORMAT = 3  # bumped when the index gains a field: older cache files are then not read
 
 
 def plugin_index(entry_points: list[metadata.EntryPoint]) -> dict[str, Any]:
@@ -33,7 +39,7 @@ def plugin_index(entry_points: list[metadata.EntryPoint]) -> dict[str, Any]:
     cache = _cache_dir() / f"plugin-index-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
     with contextlib.suppress(OSError, ValueError):
         return json.loads(cache.read_text(encoding="utf-8"))
-    index = _build_index([ep.name for ep in ordered])
+    index = _build_index(ordered)
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
@@ -62,12 +68,48 @@ def _fingerprint(entry_point: metadata.EntryPoint) -> list[Any]:
     return [entry_point.name, entry_point.value, info.distribution, info.version, max(times, default=0.0), len(times)]
 
 
-def _build_index(names: list[str]) -> dict[str, Any]:
-    """The index, computed by ``python -m budgetbench_core.host.index`` over ``names``."""
-    env = {**os.environ, "BUDGETBENCH_LOAD_PLUGINS": ",".join(names)}
-    done = subprocess.run(
-        [sys.executable, "-m", "budgetbench_core.host.index"], capture_output=True, text=True, env=env, timeout=600
-    )
+def _build_index(entry_points: list[metadata.EntryPoint]) -> dict[str, Any]:
+    """The index, computed by ``python -m budgetbench_core.host.index`` over ``entry_points``,
+    with the policy it confines itself with before importing them (``_policy``)."""
+    names = [ep.name for ep in entry_points]
+    with tempfile.TemporaryDirectory(prefix="budgetbench-index-") as scratch:
+        command = [sys.executable, "-m", "budgetbench_core.host.index", json.dumps(_policy(entry_points, scratch))]
+        done = subprocess.run(command, capture_output=True, text=True, env=_environment(names, scratch), timeout=600)
     if done.returncode != 0:
         raise PluginError(f"could not index the installed plugins: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    index = json.loads(done.stdout.strip().splitlines()[-1])
+    if index["sandbox"]["sandbox"] == "none":  # said, as a run's identity says it: never unconfined silently
+        print(
+            f"budgetbench: the installed plugins were indexed without a sandbox ({index['sandbox'].get('reason')}): "
+            f"their import-time code could read and write your files and reach the network (no credential)",
+            file=sys.stderr,
+        )
+    return index
+
+
+def _environment(names: list[str], scratch: str) -> dict[str, str]:
+    """A worker's inherited environment (``host.pool``: no credential), plus what the import
+    system needs (``HOME`` for the user's site folder, ``PYTHONPATH``) and the scratch folder
+    as the place for temporary files and caches (matplotlib's font cache, say)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k in _INHERITED or (k.startswith(_INHERITED_PREFIXES) and not secret_variable(k))
+    }
+    env.update({k: os.environ[k] for k in ("HOME", "PYTHONPATH") if k in os.environ})
+    env.update(TMPDIR=scratch, XDG_CACHE_HOME=scratch, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["BUDGETBENCH_LOAD_PLUGINS"] = ",".join(names)
+    return env
+
+
+def _policy(entry_points: list[metadata.EntryPoint], scratch: str) -> dict[str, Any]:
+    """What the index's child may reach once confined (``landlock.confine``, which adds the
+    Python environment): each plugin's code and distribution metadata, the names in the folder
+    that holds it (for importlib.metadata to find it), writes in ``scratch`` only, no TCP port."""
+    read, folders = code_locations({"entry_points": [ep.name for ep in entry_points]}), []
+    for ep in entry_points:
+        where = getattr(ep.dist, "_path", None)  # the .dist-info folder (a PathDistribution's)
+        if where is not None and os.path.isdir(where):
+            read.append(str(where))
+            folders.append(str(Path(where).parent))
+    return {"read": read, "list": folders, "write": [scratch], "ports": []}

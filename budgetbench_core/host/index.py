@@ -1,11 +1,17 @@
 """Print the plugin index as one JSON line: run in a child process by ``plugin_index``,
-so the plugins' import-time code never runs in the harness that asks."""
+so the plugins' import-time code never runs in the harness that asks.
+
+Every installed plugin is imported here, so this process confines itself first, with the
+policy its parent computed and passed as the one argument (nothing a plugin plants can widen
+it), and records what confined it in the index (``sandbox``)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from ..plugins import HOOKS, Registry
+from .landlock import abi_version, confine
 
 
 def index() -> dict:
@@ -38,5 +44,14 @@ def index() -> dict:
     }
 
 
+def main(policy: dict) -> None:
+    """Confine this process with ``policy``, then index; where Landlock exists but refuses,
+    import nothing (never a silent fallback to an unconfined index)."""
+    sandbox = confine(policy)
+    if sandbox["sandbox"] == "none" and abi_version() > 0:
+        sys.exit(f"budgetbench: the plugin index could not be confined: {sandbox.get('reason')}")
+    print(json.dumps({**index(), "sandbox": sandbox}))
+
+
 if __name__ == "__main__":
-    print(json.dumps(index()))
+    main(json.loads(sys.argv[1]))

@@ -8,7 +8,9 @@ plugin's code and its parameters' paths; once created, what the plugin declares,
 layer that only narrows: whatever the plugin did to ``sys.modules`` cannot widen it);
 read-write on its scratch folder (and /dev for /dev/null and /dev/shm); nothing else on
 disk; TCP connections only to the ports the harness allows (its metering gateway and outside
-proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6).
+proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6). The
+child that builds the plugin index (``host.index``) is confined the same way before it imports
+the installed plugins: their code, no write but a temporary folder, no TCP.
 
 PyPI's ``landlock`` bindings were considered; the four system calls and three structures
 below are all this needs, so no dependency. ``confine`` returns what it applied, recorded in
@@ -92,8 +94,9 @@ _SYSTEM_READ = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/
 
 
 def confine(policy: dict[str, Any]) -> dict[str, Any]:
-    """Restrict this process for good: ``policy`` has ``read`` (paths), ``write`` (paths) and
-    ``ports`` (TCP ports it may connect to). Returns what was applied."""
+    """Restrict this process for good: ``policy`` has ``read`` (paths), ``write`` (paths),
+    ``ports`` (TCP ports it may connect to) and ``list`` (folders whose entries' names, not
+    contents, may be read: where importlib.metadata finds a distribution). Returns what was applied."""
     version = abi_version()
     if version < 1:
         return {"sandbox": "none", "reason": "Landlock is not available on this kernel"}
@@ -110,17 +113,20 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
     if ruleset < 0:
         return {"sandbox": "none", "reason": f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"}
     read = fs & (_EXECUTE | _READ_FILE | _READ_DIR)
+    ports = sorted(int(port) for port in policy.get("ports", []))
     try:
         allowed: dict[str, int] = {}
         for path in [*python_environment(), *_SYSTEM_READ, *policy.get("read", [])]:
             allowed[os.path.realpath(path)] = allowed.get(os.path.realpath(path), 0) | read
+        for path in policy.get("list", []):
+            allowed[os.path.realpath(path)] = allowed.get(os.path.realpath(path), 0) | _READ_DIR
         for path in [*policy.get("write", []), "/dev"]:
             allowed[os.path.realpath(path)] = fs
         for path, rights in sorted(allowed.items()):
             _allow_path(libc, ruleset, path, rights)
         if net:
-            for port in policy.get("ports", []):
-                rule = _NetPortAttr(_CONNECT_TCP, int(port))
+            for port in ports:
+                rule = _NetPortAttr(_CONNECT_TCP, port)
                 if libc.syscall(_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), 0) != 0:
                     raise OSError(ctypes.get_errno(), f"landlock_add_rule port {port}")
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -131,7 +137,9 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
         os.close(ruleset)
     return {
         "sandbox": f"landlock-abi-{version}",
-        "network": "the gateway and the outside proxy only" if net else "unrestricted (Landlock ABI < 4: no TCP rules)",
+        "network": (f"TCP connect to ports {ports} only, no bind" if ports else "no TCP connect or bind")
+        if net
+        else "unrestricted (Landlock ABI < 4: no TCP rules)",
         "signals": "its own process only" if scoped else "unrestricted (Landlock ABI < 6: no scopes)",
     }
 
