@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from .messages import Item, Message, Session
@@ -170,6 +170,14 @@ def _plain_retrieved(item: RetrievedItem) -> RetrievedItem:
     )
 
 
+def ingest_view(item: Item) -> Item:
+    """The item as ingest sees it: its history only. Ingest is amortised over the questions and
+    not budgeted, so a system that saw the question there could answer it with the whole history
+    and call that a write; the question reaches the system at ``retrieve``, whose cost is the
+    question's own."""
+    return replace(item, query=Message("user", ""), system=None)
+
+
 class MemorySystemStrategy(MemoryStrategy):
     """Runs a MemorySystem as a strategy: ingest and retrieve once per item, fill per budget."""
 
@@ -210,7 +218,8 @@ class MemorySystemStrategy(MemoryStrategy):
             self._report = IngestReport.from_dict(saved["ingest"])
             self._ranked = [RetrievedItem(**r) for r in saved["ranked"]]
         else:
-            self._report = _phase("ingest", lambda: self.system.ingest(context.item.sessions(), context), self)
+            blind = replace(context, item=ingest_view(context.item))
+            self._report = _phase("ingest", lambda: self.system.ingest(blind.item.sessions(), blind), self)
             if not isinstance(self._report, IngestReport):
                 raise PhaseError(
                     "ingest",

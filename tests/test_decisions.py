@@ -372,14 +372,15 @@ def test_a_run_where_every_cell_errored_still_gets_a_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_run_command_reports_a_run_where_every_cell_errored(tmp_path):
+def test_the_run_command_reports_a_run_where_every_cell_errored(tmp_path, monkeypatch):
     """``run`` writes that report itself at its end, as ``report`` does, and exits 1."""
+    from budgetbench_core import plugins
     from budgetbench_core.cli import execute
-    from budgetbench_core.plugins import get_registry
 
-    registry = get_registry()  # the registry the command uses
-    if "broken" not in registry.names("strategy"):
-        registry.add_plugin(BrokenPlugin(), PluginInfo("broken-test", "budgetbench-decisions-tests", "0.0.1"))
+    # The command uses the process-wide registry: this test's own, so no later test sees "broken".
+    registry = plugins.Registry.discover()
+    registry.add_plugin(BrokenPlugin(), PluginInfo("broken-test", "budgetbench-decisions-tests", "0.0.1"))
+    monkeypatch.setattr(plugins, "_registry", registry)
     out = tmp_path / "broken"
     config = RunConfig(
         task="synthetic-memory",

@@ -389,16 +389,16 @@ def test_no_credential_of_the_harness_reaches_a_worker(tmp_path, monkeypatch):
     assert spied == [[]] * TASK_OPTIONS["items"]
 
 
-def test_a_phase_the_worker_reports_out_of_turn_ends_it_and_fails_the_cell(tmp_path):
-    """Old code: every tier's forged call was charged as an unbudgeted write (one per item is the
-    most a memory system's ingest can be: the first apply of an item)."""
+def test_a_phase_the_worker_claims_is_refused_ends_it_and_fails_the_cell(tmp_path):
+    """The harness, not the worker, says which phase a plugin is in (it sends a memory system
+    ``ingest`` and ``retrieve`` itself). Old code: every tier's forged call was charged as an
+    unbudgeted write (one per item as the first apply of an item)."""
     out, _, rows, _, _ = hostile_run(tmp_path, "hostile-phase-forger", budgets=[300, 2000])
-    forger = by_strategy(rows, "hostile-phase-forger")
-    errors = [r for r in forger.values() if r["event"] == "error"]
-    assert len(errors) == TASK_OPTIONS["items"]  # the second tier of every item
-    assert all("hostile-phase-forger" in r["cause"] and "phase 'ingest'" in r["cause"] for r in errors)
-    writes = sum(r.get("metered", {}).get("write", {}).get("calls", 0) for r in forger.values())
-    assert writes <= TASK_OPTIONS["items"]
+    forger = [r for r in rows.values() if r["strategy"] == "hostile-phase-forger"]
+    assert len(forger) == 2 * TASK_OPTIONS["items"]
+    assert all(r["event"] == "error" for r in forger)
+    assert all("hostile-phase-forger" in r["cause"] and "not a request" in r["cause"] for r in forger)
+    assert not any(r.get("metered", {}).get("write") for r in forger)
     assert verify_run(out).ok
 
 

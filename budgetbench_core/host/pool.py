@@ -292,7 +292,7 @@ class PluginHost:
             self.declared_hosts[name] = hosts
         if self.confine:  # narrowed for good: parameter paths it did not declare are no longer readable
             self._confined(worker, name, scratch, {"read": reads, "write": [str(scratch)], "ports": ports})
-        return RemoteStrategy(name, worker, created, self.metering, token, self.proxy, proxy_token)
+        return RemoteStrategy(name, worker, created, self.metering, token, self.proxy, proxy_token, max_ingest_loss)
 
     def _first_policy(self, name: str, params: dict[str, Any], source: Source, scratch: Path, ports: list[int]) -> dict:
         """What a worker may reach while its plugin is imported and created: its code, the paths

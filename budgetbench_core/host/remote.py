@@ -23,8 +23,8 @@ from typing import Any
 
 from ..cell import CellLog
 from ..gate import AuxiliaryBudgetError
-from ..memory_systems import IngestLossError
-from ..messages import Message
+from ..memory_systems import IngestLossError, IngestReport, MemorySystem, MemorySystemStrategy, RetrievedItem
+from ..messages import Message, Session
 from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
@@ -99,6 +99,7 @@ class RemoteStrategy(MemoryStrategy):
         token: str | None = None,
         proxy: OutsideProxy | None = None,
         proxy_token: str | None = None,
+        max_ingest_loss: float = 0.0,
     ) -> None:
         self.params = {}
         self.name = name  # type: ignore[misc]
@@ -113,11 +114,14 @@ class RemoteStrategy(MemoryStrategy):
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
         self._cpu_clock = process_cpu_clock(worker.process.pid)  # the worker's CPU time, read from here
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
-        self._reported_cpu: Any = None  # the worker's own split of its last apply's CPU, by phase
-        self._fresh = True  # no apply since the worker started or was reset
-        self._phases_left: list[str] = []  # the phases this apply may still enter, in order
+        self._reported_cpu: dict[str, float] = {}  # the worker's own split of this apply's CPU, by phase
         self._lock = threading.Lock()
         self.regime = Regime.LOCAL_ONLY  # type: ignore[misc]  # the worker's describe() says the real one
+        # A memory system is driven from here: its worker ingests a view without the question,
+        # then retrieves for the question; filling the budget happens here (MemorySystemStrategy).
+        self.memory = (
+            MemorySystemStrategy(_WorkerSystem(self), max_ingest_loss) if created.get("memory_system") else None
+        )
 
     @property
     def distribution(self) -> str:
@@ -127,34 +131,35 @@ class RemoteStrategy(MemoryStrategy):
         return bool(self.created.get("resets_nothing"))
 
     def describe(self) -> dict[str, Any]:
-        return self._call({"op": "describe"}) or {}
+        described = self._call({"op": "describe"}) or {}
+        if self.memory is not None and isinstance(described, dict):
+            described = {**described, "max_ingest_loss": self.memory.max_ingest_loss}
+        return described
 
     def reset(self) -> None:
-        self._call({"op": "reset"})
-        self._fresh = True
+        if self.memory is not None:
+            self.memory.reset()  # forgets the item here, and resets the system in its worker
+        else:
+            self._call({"op": "reset"})
 
     def apply(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
-        frame = {
-            "op": "apply",
-            # the view crosses once per item: every budget tier of it reuses the worker's copy
-            "view": None if self._sent_view is context.item else wire.view_to_wire(context.item),
-            "budget": budget,
-            "seed": context.seed,
-            "saved_retrieval": self.saved_retrieval,
-        }
+        self.current_phase = None
         self._bind(None)
         if self.proxy is not None and self.proxy_token is not None:
             self.proxy.bind(self.proxy_token, self.cell)
-        self._reported_cpu = None
-        # A memory system ingests and retrieves in the first apply of an item, once each and in
-        # that order: a phase the worker reports elsewhere would relabel its calls (a write is
-        # amortised and not budgeted), so it ends the worker and fails the cell.
-        self._phases_left = ["ingest", "retrieve"] if self._fresh or frame["view"] is not None else []
-        self._fresh = False
+        self._reported_cpu = {}
         try:
+            if self.memory is not None:
+                return self._apply_memory(history, budget, context)
+            frame = {
+                "op": "apply",
+                # the view crosses once per item: every budget tier of it reuses the worker's copy
+                "view": None if self._sent_view is context.item else wire.view_to_wire(context.item),
+                "budget": budget,
+                "seed": context.seed,
+            }
             done = self._call(frame, context)
         finally:
-            self._phases_left = []
             self._charge_cpu()
             self.cell = None  # the next cell sets its own
             if self.metering is not None and self.token is not None:
@@ -162,10 +167,7 @@ class RemoteStrategy(MemoryStrategy):
             if self.proxy is not None and self.proxy_token is not None:
                 self.proxy.unbind(self.proxy_token)  # its tunnels closed, their bytes on the cell's row
         self._sent_view = context.item
-        audit = done.get("audit")
-        if isinstance(audit, dict):
-            context.audit.update(audit)
-        self.new_retrieval = done.get("retrieval") if isinstance(done.get("retrieval"), dict) else None
+        _take_audit(done, context)
         prompt = done.get("prompt")
         if not isinstance(prompt, list) or not all(isinstance(m, dict) for m in prompt):
             raise PromptError(f"apply must return list[Message], got {type(prompt).__name__}")
@@ -177,17 +179,41 @@ class RemoteStrategy(MemoryStrategy):
     def close(self) -> None:
         self.worker.kill()
 
+    def _apply_memory(self, history: Sequence[Message], budget: int, context: StrategyContext) -> list[Message]:
+        """Ingest and retrieve in the worker (once per item, or the saved retrieval), fill here."""
+        assert self.memory is not None
+        self.memory.saved_retrieval = self.saved_retrieval
+        self.memory.on_phase = self._enter
+        try:
+            return self.memory.apply(history, budget, context)
+        finally:
+            self.new_retrieval = self.memory.new_retrieval
+
     def _enter(self, phase: str | None) -> None:
-        """Accept the phase the worker says it entered, or end the worker (see ``apply``)."""
-        if phase is None:
-            return
-        if phase not in self._phases_left:
-            self.worker.kill()
-            raise PluginRaised(
-                f"its worker reported entering phase {phase!r} where no such phase can begin (a memory system "
-                f"ingests, then retrieves, once each in the first apply of an item): the worker was ended"
-            )
-        del self._phases_left[: self._phases_left.index(phase) + 1]
+        """The phase the harness drives the memory system into: its own SDK's calls are charged to it."""
+        self.current_phase = phase
+        self._bind(phase)
+
+    def _ingest(self, context: StrategyContext) -> IngestReport:
+        self._sent_view = None  # the worker now holds the ingest view, without the question
+        done = self._operation({"op": "ingest", "view": wire.view_to_wire(context.item)}, context)
+        return wire.ingest_report_from_wire(done.get("report"))
+
+    def _retrieve(self, context: StrategyContext) -> list[RetrievedItem]:
+        done = self._operation({"op": "retrieve", "query": wire.message_to_wire(context.item.query)}, context)
+        return wire.ranked_from_wire(done.get("ranked"))
+
+    def _operation(self, frame: dict[str, Any], context: StrategyContext) -> dict[str, Any]:
+        """One of a memory system's operations; its failure is raised as the plugin's own
+        (``MemorySystemStrategy`` tags it with the phase)."""
+        try:
+            done = self._call({**frame, "budget": context.budget, "seed": context.seed}, context)
+        except PhaseError as exc:
+            raise exc.original from None
+        if not isinstance(done, dict):
+            raise wire.WireError(f"{frame['op']} returned {type(done).__name__}, not an object")
+        _take_audit(done, context)
+        return done
 
     def _charge_cpu(self) -> None:
         """Charge the cell with the worker's CPU since the last apply ended (its reset, and any
@@ -217,19 +243,17 @@ class RemoteStrategy(MemoryStrategy):
             reply = self.worker.exchange(frame)
             while True:
                 if "done" in reply or "failed" in reply:
-                    self._reported_cpu = reply.get("cpu_s")
+                    for phase, seconds in reported_cpu(reply.get("cpu_s")).items():
+                        self._reported_cpu[phase] = self._reported_cpu.get(phase, 0.0) + seconds
                 if "done" in reply:
                     return reply["done"]
                 if "failed" in reply:
-                    retrieval = reply["failed"].get("retrieval")
-                    self.new_retrieval = retrieval if isinstance(retrieval, dict) else None
                     raise self._failure(reply["failed"], aux_refusal)
-                if "phase" in reply:
-                    self.current_phase = reply["phase"] if isinstance(reply["phase"], str) else None
-                    self._enter(self.current_phase)
-                    self._bind(self.current_phase)
-                    reply = self.worker.receive()
-                    continue
+                if "req" not in reply:  # outside the protocol (a forged phase, say): the worker is ended
+                    self.worker.kill()
+                    raise PluginRaised(
+                        f"its worker sent a frame that is not a request ({sorted(reply)[:5]}): the worker was ended"
+                    )
                 if context is None:
                     raise WorkerGone(f"the worker asked {reply.get('req')!r} outside apply")
                 try:
@@ -274,3 +298,28 @@ class RemoteStrategy(MemoryStrategy):
             return PromptError(message)
         raised = PluginRaised(message, str(failed.get("traceback", "")))
         return PhaseError(phase, raised) if phase in ("ingest", "retrieve") else raised
+
+
+def _take_audit(done: dict[str, Any], context: StrategyContext) -> None:
+    audit = done.get("audit")
+    if isinstance(audit, dict):
+        context.audit.update(audit)
+
+
+class _WorkerSystem(MemorySystem):
+    """The memory system in a worker, as the harness's ``MemorySystemStrategy`` sees it."""
+
+    name = "worker"  # the strategy's name is the RemoteStrategy's
+
+    def __init__(self, remote: RemoteStrategy) -> None:
+        super().__init__()
+        self.remote = remote
+
+    def reset(self) -> None:
+        self.remote._call({"op": "reset"})
+
+    def ingest(self, sessions: Sequence[Session], context: StrategyContext) -> IngestReport:
+        return self.remote._ingest(context)  # the sessions are those of the view it sends
+
+    def retrieve(self, query: str, context: StrategyContext) -> list[RetrievedItem]:
+        return self.remote._retrieve(context)

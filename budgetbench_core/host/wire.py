@@ -7,9 +7,11 @@ JSON object, bounded in size, decoded into plain dicts, lists, strings and numbe
 from __future__ import annotations
 
 import json
+import math
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..memory_systems import IngestFailure, IngestReport, RetrievedItem
 from ..messages import Item, Message
 
 MAX_FRAME = 256 * 1024 * 1024  # a 1M-token history is ~4 MB of JSON; anything far larger is hostile
@@ -43,6 +45,52 @@ def message_from_wire(data: Any) -> Message:
     if not isinstance(data, dict):
         raise WireError(f"a message must be an object, got {type(data).__name__}")
     return Message.from_dict(data)
+
+
+def ingest_report_from_wire(data: Any) -> IngestReport:
+    """A memory system's ingest report as its worker sent it, every field checked."""
+    try:
+        failures = [
+            IngestFailure(_text(f["session_id"]), _text(f["cause"]), _count(f.get("attempts", 1)))
+            for f in data["failures"]
+        ]
+        return IngestReport(_count(data["sessions"]), _count(data["stored"]), failures, _number(data.get("seconds", 0)))
+    except (KeyError, TypeError, WireError) as exc:
+        raise WireError(f"not an ingest report ({type(exc).__name__}: {exc})") from None
+
+
+def ranked_from_wire(data: Any) -> list[RetrievedItem]:
+    """A memory system's ranked memories as its worker sent them, every field checked."""
+    try:
+        return [
+            RetrievedItem(
+                _text(r["text"]),
+                _number(r["score"]),
+                None if r.get("source_id") is None else _text(r["source_id"]),
+                r.get("metadata") if isinstance(r.get("metadata"), dict) else {},
+            )
+            for r in data
+        ]
+    except (KeyError, TypeError, WireError) as exc:
+        raise WireError(f"not a list of retrieved memories ({type(exc).__name__}: {exc})") from None
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise WireError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WireError(f"expected a count, got {value!r:.50}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise WireError(f"expected a finite number, got {value!r:.50}")
+    return float(value)
 
 
 def view_to_wire(item: Item) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import asdict, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,7 @@ class Host:
         self.clock = CpuClock()  # reset, describe and idle time go to the next apply's cell
 
     def create(self, frame: dict[str, Any]) -> dict[str, Any]:
-        from ..memory_systems import MemorySystem, MemorySystemStrategy
+        from ..memory_systems import MemorySystem
         from ..plugins import Registry
 
         self.scratch = Path(frame["scratch"])
@@ -150,24 +151,22 @@ class Host:
                 {"distribution": registered.plugin.distribution, "version": registered.plugin.version},
             )
         params = frame.get("params") or {}
-        if isinstance(cls, type) and issubclass(cls, MemorySystem):
-            self.strategy = MemorySystemStrategy(cls(**params), max_ingest_loss=float(frame.get("max_ingest_loss", 0)))
-        else:
-            self.strategy = cls(**params)
+        self.strategy = cls(**params)
         self.counter = PromptCounter(HarnessTokenizer(self.harness, frame["tokenizer"]))
         from ..strategies import resets_nothing
         from .proxy import parse_hosts
 
-        target = self.strategy.system if isinstance(self.strategy, MemorySystemStrategy) else self.strategy
-        declared = target.read_paths()
+        memory_system = isinstance(self.strategy, MemorySystem)
+        declared = self.strategy.read_paths()
         if not isinstance(declared, (list, tuple)) or not all(isinstance(p, str) for p in declared):
             raise TypeError(f"read_paths() must return list[str], got {declared!r:.200}")
         return {
             "distribution": plugin["distribution"],
             "version": plugin["version"],
-            "resets_nothing": resets_nothing(self.strategy),
+            "memory_system": memory_system,  # driven by ingest and retrieve, its prompt filled by the harness
+            "resets_nothing": False if memory_system else resets_nothing(self.strategy),
             "read_paths": [os.path.realpath(p) for p in declared],
-            "network_hosts": parse_hosts(target.network_hosts(), f"strategy {frame['name']!r}"),
+            "network_hosts": parse_hosts(self.strategy.network_hosts(), f"strategy {frame['name']!r}"),
         }
 
     def confine(self, frame: dict[str, Any]) -> dict[str, Any]:
@@ -184,16 +183,61 @@ class Host:
         self.strategy.reset()
 
     def apply(self, frame: dict[str, Any]) -> dict[str, Any]:
-        from ..memory_systems import MemorySystemStrategy
-        from ..sandbox import HISTORY_MUTATED, PrivateView, PromptError, canonical_prompt, json_safe_or_empty
+        from ..memory_systems import MemorySystem
+        from ..sandbox import canonical_prompt, json_safe_or_empty
+
+        if isinstance(self.strategy, MemorySystem):
+            raise ValueError("a memory system is driven by ingest and retrieve, not apply")
+        context = self._context(frame)
+        returned = self.strategy.apply(context.item.history, context.budget, context)
+        prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
+        self._check_view()
+        return {"prompt": [m.to_dict() for m in prompt], "audit": json_safe_or_empty(context.audit)}
+
+    def ingest(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """A memory system stores an item's history: its view has no question (``ingest_view``)."""
+        from ..memory_systems import IngestReport
+        from ..sandbox import json_safe_or_empty
+
+        context = self._context(frame)
+        self.clock.switch("ingest")
+        report = self.strategy.ingest(context.item.sessions(), context)
+        self.clock.switch(None)
+        if not isinstance(report, IngestReport):
+            raise TypeError(f"ingest returned {type(report).__name__}, not IngestReport")
+        self._check_view()
+        return {"report": report.to_dict(), "audit": json_safe_or_empty(context.audit)}
+
+    def retrieve(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """The memories for the item's question, ranked: the harness decides what fits the budget."""
+        from ..memory_systems import RetrievedItem, _plain_retrieved
+        from ..sandbox import PrivateView, json_safe_or_empty
+
+        if self.view is None:
+            raise ValueError("retrieve before ingest")
+        query = wire.message_from_wire(frame["query"])
+        self.view = PrivateView(replace(self.view.item, query=query))  # the item's question, now
+        context = self._context(frame)
+        self.clock.switch("retrieve")
+        ranked = self.strategy.retrieve(query.content, context)
+        self.clock.switch(None)
+        if not isinstance(ranked, list) or not all(isinstance(r, RetrievedItem) for r in ranked):
+            raise TypeError("retrieve must return list[RetrievedItem]")
+        self._check_view()
+        return {"ranked": [asdict(_plain_retrieved(r)) for r in ranked], "audit": json_safe_or_empty(context.audit)}
+
+    def _context(self, frame: dict[str, Any]) -> Any:
+        """The plugin's context for one operation; a frame with a view starts a new item."""
+        from ..sandbox import PrivateView
         from ..strategies import StrategyContext
 
-        new_item = frame.get("view") is not None
-        if new_item:  # checked after every apply, as the harness checks an in-process strategy
+        if frame.get("view") is not None:  # checked after every operation, as for an in-process strategy
             self.view = PrivateView(wire.view_from_wire(frame["view"]))
+            assert self.counter is not None
+            if isinstance(self.counter.tokenizer, HarnessTokenizer):
+                self.counter.tokenizer.learn_history(self.view.item.history)
         if self.view is None:
-            raise ValueError("apply without a view")
-        view = self.view.item
+            raise ValueError(f"{frame.get('op')} without a view")
         harness = self.harness
 
         def complete(messages: Sequence[Message], max_tokens: int, purpose: str) -> str:
@@ -203,35 +247,21 @@ class Host:
             )
 
         assert self.counter is not None
-        tokenizer = self.counter.tokenizer
-        if new_item and isinstance(tokenizer, HarnessTokenizer):
-            tokenizer.learn_history(view.history)
-        context = StrategyContext(
-            item=view,
+        return StrategyContext(
+            item=self.view.item,
             budget=int(frame["budget"]),
             counter=self.counter,
             complete=complete,
             seed=int(frame["seed"]),
             scratch_dir=self.scratch,
         )
-        strategy = self.strategy
-        if isinstance(strategy, MemorySystemStrategy):
-            strategy.saved_retrieval = frame.get("saved_retrieval")
 
-            def on_phase(phase: str | None) -> None:
-                self.clock.switch(phase)
-                wire.send(self.conn, {"phase": phase})
+    def _check_view(self) -> None:
+        """The contract holds in a worker too, though no harness object is reachable from it."""
+        from ..sandbox import HISTORY_MUTATED, PromptError
 
-            strategy.on_phase = on_phase
-        returned = strategy.apply(view.history, context.budget, context)
-        prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
-        if not self.view.intact():  # the contract holds in a worker too, though no harness object is reachable
+        if self.view is not None and not self.view.intact():
             raise PromptError(HISTORY_MUTATED)
-        return {
-            "prompt": [m.to_dict() for m in prompt],
-            "audit": json_safe_or_empty(context.audit),
-            "retrieval": strategy.new_retrieval if isinstance(strategy, MemorySystemStrategy) else None,
-        }
 
 
 def _load_class(source: dict[str, Any]) -> Any:
@@ -275,8 +305,6 @@ def _failure(exc: BaseException, phase: str | None) -> dict[str, Any]:
 
 
 def serve(conn: Connection) -> None:
-    from ..memory_systems import MemorySystemStrategy
-
     host = Host(conn)
     operations = {
         "create": host.create,
@@ -284,7 +312,10 @@ def serve(conn: Connection) -> None:
         "describe": host.describe,
         "reset": host.reset,
         "apply": host.apply,
+        "ingest": host.ingest,
+        "retrieve": host.retrieve,
     }
+    metered = ("apply", "ingest", "retrieve")  # a cell's operations: their CPU is the cell's
     while True:
         try:
             frame = wire.receive(conn)
@@ -298,15 +329,12 @@ def serve(conn: Connection) -> None:
             done = operation(frame)
             if op in ("create", "confine"):
                 host.clock.restart()
-            wire.send(conn, {"done": done, "cpu_s": host.clock.take()} if op == "apply" else {"done": done})
+            wire.send(conn, {"done": done, "cpu_s": host.clock.take()} if op in metered else {"done": done})
         except (EOFError, BrokenPipeError):
             return
         except BaseException as exc:  # noqa: BLE001 - any failure of plugin code is the cell's error row
-            phase = getattr(host.strategy, "current_phase", None) if host.strategy is not None else None
-            failed = _failure(exc, phase or frame.get("op"))
-            if isinstance(host.strategy, MemorySystemStrategy):  # saved even when the cell then fails
-                failed["retrieval"] = host.strategy.new_retrieval
-            wire.send(conn, {"failed": failed, "cpu_s": host.clock.take()} if op == "apply" else {"failed": failed})
+            failed = _failure(exc, op)
+            wire.send(conn, {"failed": failed, "cpu_s": host.clock.take()} if op in metered else {"failed": failed})
 
 
 def main() -> None:
