@@ -22,9 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .host.pool import _INHERITED, _INHERITED_PREFIXES, code_locations
+from .host.pool import code_locations, inherited_environment
 from .plugin_loading import PluginError, PluginInfo
-from .runlog import secret_variable
 
 FORMAT = 3  # bumped when the index gains a field: older cache files are then not read
 
@@ -91,11 +90,7 @@ def _environment(names: list[str], scratch: str) -> dict[str, str]:
     """A worker's inherited environment (``host.pool``: no credential), plus what the import
     system needs (``HOME`` for the user's site folder, ``PYTHONPATH``) and the scratch folder
     as the place for temporary files and caches (matplotlib's font cache, say)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k in _INHERITED or (k.startswith(_INHERITED_PREFIXES) and not secret_variable(k))
-    }
+    env = inherited_environment()
     env.update({k: os.environ[k] for k in ("HOME", "PYTHONPATH") if k in os.environ})
     env.update(TMPDIR=scratch, XDG_CACHE_HOME=scratch, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["BUDGETBENCH_LOAD_PLUGINS"] = ",".join(names)

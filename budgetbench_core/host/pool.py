@@ -39,6 +39,16 @@ _INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "BUDGETBENCH_
 _INHERITED_PREFIXES = ("LC_", "HF_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS_", "TORCH_")
 
 
+def inherited_environment() -> dict[str, str]:
+    """What a process running plugin code keeps of the harness's environment: locale, search
+    path, thread counts, model-library settings; never a variable named like a secret."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k in _INHERITED or (k.startswith(_INHERITED_PREFIXES) and not secret_variable(k))
+    }
+
+
 GROW_AFTER_S = 0.2
 """A unit that has waited this long for an idle worker of its strategy starts another: a
 short wait (units queueing briefly for a worker busy building a prompt) starts none."""
@@ -173,11 +183,7 @@ class PluginHost:
         return [self.metering.port] if self.metering is not None else []
 
     def _environment(self, scratch: Path, token: str | None, proxy_token: str) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k in _INHERITED or (k.startswith(_INHERITED_PREFIXES) and not secret_variable(k))
-        }
+        env = inherited_environment()
         env.update(HOME=str(scratch), TMPDIR=str(scratch), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         if self.metering is not None and token is not None:
