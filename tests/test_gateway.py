@@ -8,6 +8,8 @@ import http.client
 import json
 import math
 import struct
+import threading
+import time
 from collections.abc import Iterator
 
 import openai
@@ -105,6 +107,27 @@ def test_a_revoked_token_never_reaches_the_server(harness):
         client.chat.completions.create(model="m", messages=QUESTION, max_tokens=4)
     assert harness.server.completions() == 1  # the SDK was told not to retry, and nothing was forwarded
     assert [r.kind for r in harness.records] == ["call", "refused"]
+
+
+def test_revoking_waits_for_a_call_being_forwarded_and_its_record(counter):
+    """A call sent just before its cell's ``apply`` ended is recorded before the token is
+    revoked (so on that cell's row). Old code: revoke returned at once and the record came
+    0.5 s later, after the cell's row, where nothing counted what the server had seen."""
+    with FaultServer(count_prompt=served_count(counter), latency_s=0.5) as server:
+        harness = Harness(server, counter)
+        token = harness.gateway.grant("cell-c", "aux", budget=500)
+        sending = threading.Thread(
+            target=lambda: harness.client(token).chat.completions.create(model="m", messages=QUESTION, max_tokens=4)
+        )
+        sending.start()
+        deadline = time.monotonic() + 5
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.requests  # the call is at the server now
+        harness.gateway.revoke(token)
+        assert [(r.kind, r.cell, r.ok) for r in harness.records] == [("call", "cell-c", True)]
+        sending.join()
+        harness.gateway.stop()
 
 
 def test_a_stopped_gateway_refuses_even_on_a_connection_kept_open(harness):

@@ -24,7 +24,8 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -138,6 +139,8 @@ class MeteringGateway:
         self.default_max_tokens = default_max_tokens
         self._grants: dict[str, Grant] = {}
         self._lock = threading.Lock()
+        self._sending: dict[str, int] = {}  # token -> its calls being forwarded now
+        self._sent = threading.Condition(self._lock)  # told when one of them is recorded
         self._server: ThreadingHTTPServer | None = None
         self._stopped = False
         self._replies = 0
@@ -158,9 +161,29 @@ class MeteringGateway:
 
     def revoke(self, token: str) -> None:
         """No request with ``token`` that arrives after this is forwarded: it gets 403, and so
-        does one whose prompt was still being counted."""
+        does one whose prompt was still being counted. A call already being forwarded is waited
+        for (it is bounded by the run's call timeout) and recorded before this returns: its
+        cost is its cell's, whose row is not written yet."""
         with self._lock:
             self._grants.pop(token, None)
+            while self._sending.get(token):
+                self._sent.wait()
+
+    @contextmanager
+    def _sending_call(self, request: _Request) -> Iterator[None]:
+        """Forward and record under ``request``'s grant, or refuse it if revoked meanwhile."""
+        with self._lock:
+            if self._stopped or request.token is None or request.token not in self._grants:
+                raise _Refusal(403, "refused", "the token was revoked before the call was sent", "permission_denied")
+            self._sending[request.token] = self._sending.get(request.token, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sending[request.token] -= 1
+                if not self._sending[request.token]:
+                    del self._sending[request.token]
+                self._sent.notify_all()
 
     def _live(self, token: str | None) -> Grant | None:
         with self._lock:
@@ -247,14 +270,13 @@ class MeteringGateway:
                 f"the prompt has {request.input_tokens} tokens, over the budget of {budget}; it was not sent",
                 "budget_exceeded",
             )
-        if self._live(request.token) is None:  # revoked while the prompt was counted
-            raise _Refusal(403, "refused", "the token was revoked before the call was sent", "permission_denied")
-        try:
-            completion = self.forward(messages, params)
-        except Exception as exc:
-            self._record(request, "call", False, 502, f"{type(exc).__name__}: {exc}")
-            return 502, {"error": {"message": f"the model call failed: {exc}", "type": "upstream_error"}}, NO_RETRY
-        self._record(request, "call", True, 200, None, completion.prompt_tokens, completion.completion_tokens)
+        with self._sending_call(request):  # refused if revoked while the prompt was counted
+            try:
+                completion = self.forward(messages, params)
+            except Exception as exc:
+                self._record(request, "call", False, 502, f"{type(exc).__name__}: {exc}")
+                return 502, {"error": {"message": f"the model call failed: {exc}", "type": "upstream_error"}}, NO_RETRY
+            self._record(request, "call", True, 200, None, completion.prompt_tokens, completion.completion_tokens)
         with self._lock:
             self._replies += 1
             number = self._replies
@@ -291,18 +313,18 @@ class MeteringGateway:
             raise _Refusal(400, "invalid", f"encoding_format must be 'float' or 'base64', got {encoding!r}")
         if self.count_text is not None:
             request.input_tokens = sum(self.count_text(text) for text in texts)
-        if self._live(request.token) is None:
-            raise _Refusal(403, "refused", "the token was revoked before the call was sent", "permission_denied")
-        try:
-            vectors = [list(map(float, vector)) for vector in self.embed(texts)]
-        except Exception as exc:
-            self._record(request, "call", False, 502, f"{type(exc).__name__}: {exc}")
-            return 502, {"error": {"message": f"the embedding call failed: {exc}", "type": "upstream_error"}}, NO_RETRY
-        if len(vectors) != len(texts):
-            message = f"the embedding model returned {len(vectors)} vectors for {len(texts)} inputs"
-            self._record(request, "call", False, 502, message)
-            return 502, {"error": {"message": message, "type": "upstream_error"}}, NO_RETRY
-        self._record(request, "call", True, 200, None, completion_tokens=0)
+        with self._sending_call(request):
+            try:
+                vectors = [list(map(float, vector)) for vector in self.embed(texts)]
+            except Exception as exc:
+                self._record(request, "call", False, 502, f"{type(exc).__name__}: {exc}")
+                message = f"the embedding call failed: {exc}"
+                return 502, {"error": {"message": message, "type": "upstream_error"}}, NO_RETRY
+            if len(vectors) != len(texts):
+                message = f"the embedding model returned {len(vectors)} vectors for {len(texts)} inputs"
+                self._record(request, "call", False, 502, message)
+                return 502, {"error": {"message": message, "type": "upstream_error"}}, NO_RETRY
+            self._record(request, "call", True, 200, None, completion_tokens=0)
         data = [
             {"object": "embedding", "index": i, "embedding": _encoded(vector, encoding)}
             for i, vector in enumerate(vectors)
