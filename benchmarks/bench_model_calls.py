@@ -65,7 +65,11 @@ def caller(server: FakeOpenAI, directory: Path, connections: int) -> ModelCaller
     backend = LiteLLMBackend("openai/bench", api_base=server.api_base, timeout_s=30.0)
     backend.start()
     return ModelCaller(
-        backend, ResponseCache(directory / "cache.sqlite"), connections, timeout_s=30.0, fail_fast=FailFast()
+        backend,
+        ResponseCache(directory / "cache.sqlite", os.urandom(32)),
+        connections,
+        timeout_s=30.0,
+        fail_fast=FailFast(),
     )
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import random
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -636,7 +637,7 @@ def open_kit(
             raise ValueError(f"model {model!r} has no default tokenizer: give a tokenizer spec")
         counter = PromptCounter(registry.resolve_tokenizer(spec, backend))
         with tempfile.TemporaryDirectory(prefix="budgetbench-kit-cache-") as cache_dir:
-            cache = ResponseCache(Path(cache_dir) / "cache.sqlite")
+            cache = ResponseCache(Path(cache_dir) / "cache.sqlite", os.urandom(32))  # the kit's own, for this session
             try:
                 caller = ModelCaller(backend, cache, 1, timeout_s=timeout_s, plugin=PluginRef("backend", model))
                 yield ConformanceKit(counter, caller, budgets=budgets, seed=seed, isolation=isolation)

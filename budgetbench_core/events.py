@@ -446,8 +446,8 @@ docs/events.md`); a test fails when they disagree.
 ```
 runs/<name>/manifest.json                                 what ran, with which versions, and the run identity
 runs/<name>/cells/<task>/<strategy>/<budget>/r<k>.jsonl   one event per line
-runs/<name>/retrievals/<system>/<item>.json               what a memory system returned
-runs/<name>/cache.sqlite                                  response cache (resume never pays twice; redacted)
+runs/<name>/retrievals/<system>/<item>.json               what a memory system returned (MAC'd, see Integrity)
+runs/<name>/cache.sqlite                                  response cache (resume never pays twice; redacted; MAC'd)
 runs/<name>/late_calls.jsonl                              calls refused because their cell had ended
 runs/<name>/episodes.jsonl                                agent turns of episodic tasks (`episode_turn`)
 runs/<name>/items.jsonl                                   the content digest of every item used (`item`)
@@ -491,8 +491,10 @@ key, kept outside the run directory (`$BUDGETBENCH_KEY_DIR`, else
 `$XDG_STATE_HOME/budgetbench/keys/<run_id>`, else `~/.local/state/budgetbench/keys/<run_id>`,
 mode 0600). `integrity.json` holds `run_id`, `key_id` (the key's public fingerprint) and
 `sealed` (`at`, `files`: each file's `bytes` and `sha256` when the last invocation ended, and
-their `hmac`). `report`, `gate`, `compare`, `plan`, `merge`, a resume, and every plugin command
-that regrades or exports a run (through `read_run`) verify all of it first (see
+their `hmac`). Each saved retrieval carries a `mac` field (an HMAC under the same key of its path
+in the run and its canonical JSON) and each cache entry a `mac` column (of its key and its reply):
+a retrieval that does not verify is refused, a cache entry that does not verify is never served.
+`report`, `gate`, `compare`, `plan`, `merge`, a resume, and every plugin command that regrades or exports a run (through `read_run`) verify all of it first (see
 docs/reliability.md); readers of the event API (`iter_events`, `final_rows`) drop the field.
 
 ## Run identity

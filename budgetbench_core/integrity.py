@@ -6,7 +6,9 @@ every byte of the file before the line plus the line itself without that field, 
 HMAC of ``D`` (and the file's path in the run) under a per-run secret kept outside the run
 directory (``key_dir()``), which no plugin is given. When an invocation ends, the main process
 seals the directory: ``integrity.json`` holds each file's length and SHA-256, under one HMAC,
-so a truncated or deleted file is caught too.
+so a truncated or deleted file is caught too. The records kept beside the logs that feed rows
+(saved retrievals, cache entries) carry an HMAC under the same key (``record_mac``), checked by
+``verify_run`` too.
 
 Without the key, ``D`` still catches an edit by anyone who did not recompute the chain; with
 the key, recomputing it is impossible. What is verified, and what is not (a rollback to an
@@ -105,6 +107,24 @@ def find_key(run_id: str, wanted: str, key_files: Iterable[Path] = ()) -> bytes 
 
 def _mac(key: bytes, *parts: bytes) -> str:
     return hmac.new(key, b"\0".join((b"budgetbench-chain", *parts)), hashlib.sha256).hexdigest()
+
+
+def record_mac(key: bytes, kind: str, *parts: str) -> str:
+    """The HMAC under the run's key of a record kept beside the logs (``kind``: a saved retrieval,
+    a cache entry), so that none can be edited, moved, or pass for a record of another kind."""
+    return _mac(key, kind.encode(), *(part.encode("utf-8", "surrogatepass") for part in parts))
+
+
+def key_of(run_dir: Path, key_files: Iterable[Path] = ()) -> bytes:
+    """The key of the run in ``run_dir``, for a command that adds to a finished run (judge-audit's
+    replies in its cache); an IntegrityError when the directory or this machine has none."""
+    record = read_record(run_dir)
+    key = None if record is None else find_key(record["run_id"], record["key_id"], key_files)
+    if key is None:
+        raise IntegrityError(
+            f"{run_dir}: no key for this run on this machine (no {INTEGRITY_FILE}, or its key is not in {key_dir()})"
+        )
+    return key
 
 
 class Chain:
@@ -231,8 +251,9 @@ def verify_run(
     Problems: a line without a chain digest or whose digest does not follow (edited, forged,
     copied from another run), a sealed file shortened, changed or deleted, a row without
     ``run_key`` or with another one than ``run_key`` (when given), a second terminal row for a
-    cell that already had a final one, and no key on this machine (when ``need_key``). A torn
-    last line and lines written after the seal (an invocation killed with -9) are notes."""
+    cell that already had a final one, no key on this machine (when ``need_key``), and (with the
+    key) a saved retrieval or a cache entry that does not verify under it. A torn last line and
+    lines written after the seal (an invocation killed with -9) are notes."""
     run_dir = Path(run_dir)
     found = Verification(run_dir)
     files = chained_files(run_dir)
@@ -266,6 +287,11 @@ def verify_run(
     for path in files:
         relative = path.relative_to(run_dir).as_posix()
         _verify_file(path, relative, sealed.get(relative), found, run_key, final)
+    if found.key is not None:
+        from .cache import CACHE_FILE, cache_problems  # both modules use this one
+        from .retrievals import retrieval_problems
+
+        found.problems += retrieval_problems(run_dir, found.key) + cache_problems(run_dir / CACHE_FILE, found.key)
     return found
 
 

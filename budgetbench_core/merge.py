@@ -2,11 +2,13 @@
 
 Shards (``--shard i/N``) are separate run directories of the same experiment. Merging
 verifies each shard (``integrity.verify_run``: every line chained under the shard's key,
-every row of the run's key, no second terminal row for a cell), checks that they are the
-same experiment (same run identity), that together they are the shards of one partition
-with none twice, that every row in a shard belongs to that shard and that the shards read
-the same items; then it writes one run directory, its rows chained again under a key of its
-own, that ``report`` (and a resumed ``run``) reads as if the run had been done in one go.
+every row of the run's key, no second terminal row for a cell, every saved retrieval and
+cache entry MAC'd under the shard's key), checks that they are the same experiment (same
+run identity), that together they are the shards of one partition with none twice, that
+every row in a shard belongs to that shard and that the shards read the same items; then it
+writes one run directory, its rows chained (and its retrievals and cache entries MAC'd) again
+under a key of its own, that ``report`` (and a resumed ``run``) reads as if the run had been
+done in one go.
 The run-level logs (``episodes.jsonl``, ``late_calls.jsonl``, ``items.jsonl``) are merged by
 cell (and item) key like the cell files. Nothing is merged in place: the result is assembled
 beside ``OUT`` and moved there at the end, so an interrupted merge leaves no half directory,
@@ -20,7 +22,6 @@ import dataclasses
 import fcntl
 import os
 import shutil
-import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,10 @@ from typing import Any
 
 import click
 
+from .cache import CACHE_FILE, ResponseCache, cache_entries
 from .events import SchemaError
 from .integrity import INTEGRITY_FILE, ITEMS_LOG, RUN_LOGS, chained_files, read_record, verify_run
+from .retrievals import RETRIEVALS, read_retrieval, retrieval_files, write_retrieval
 from .run_manifest import Manifest
 from .runlog import TERMINAL_EVENTS, EventLog, load_manifest, now, read_events, write_json_atomic
 from .shards import Shard
@@ -55,7 +58,7 @@ _IDENTITY_CONFIG = (
 )
 # Files of a run directory that merge writes itself rather than copies.
 _OWN = {"manifest.json", "cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm", ".lock", INTEGRITY_FILE, *RUN_LOGS}
-_SKIPPED_DIRS = {"cells", "report"}
+_SKIPPED_DIRS = {"cells", "report", RETRIEVALS}
 
 
 class MergeError(ValueError):
@@ -113,31 +116,37 @@ def _not_running(run_dirs: Sequence[Path]) -> Iterator[None]:
         yield
 
 
-def _merge_cache(sources: Sequence[Path], target: Path) -> int:
-    """Copy every table of every source SQLite file into ``target`` (first copy of a key wins:
-    the same key is the same request, and a run keeps the first reply it got)."""
-    db = sqlite3.connect(str(target), isolation_level=None)
+def _merge_cache(sources: Sequence[tuple[Path, bytes]], target: Path, key: bytes) -> int:
+    """Copy the entries of every source cache (each verified under its shard's key) into
+    ``target``, MAC'd under the merged run's ``key`` (first copy of a key wins: the same key is
+    the same request, and a run keeps the first reply it got)."""
+    merged = ResponseCache(target, key)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
-        for number, source in enumerate(sources):
-            alias = f"s{number}"
-            db.execute(f"ATTACH DATABASE ? AS {alias}", (str(source),))
-            tables = db.execute(f"SELECT name, sql FROM {alias}.sqlite_master WHERE type = 'table'").fetchall()
-            db.execute("BEGIN")
-            for name, sql in tables:
-                db.execute(sql.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
-                db.execute(f'INSERT OR IGNORE INTO main."{name}" SELECT * FROM {alias}."{name}"')
-            db.execute("COMMIT")
-            db.execute(f"DETACH DATABASE {alias}")
-        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return sum(db.execute(f'SELECT COUNT(*) FROM "{name}"').fetchone()[0] for name in tables)
+        for path, source_key in sources:
+            merged.add((entry, text) for entry, text in cache_entries(path, source_key) if text is not None)
+        return merged.count()
     finally:
-        db.close()
+        merged.close()
+
+
+def _merge_retrievals(source_root: Path, source_key: bytes, target_root: Path, key: bytes) -> None:
+    """Each saved retrieval of a shard, verified under its key, saved again under the merged
+    run's; one retrieval saved with two contents by two shards is an error."""
+    for path in retrieval_files(source_root):
+        record = read_retrieval(source_root, path, source_key)
+        target = target_root / path.relative_to(source_root)
+        if not target.exists():
+            write_retrieval(target_root, target, record, key)
+        elif read_retrieval(target_root, target, key) != record:
+            raise MergeError(
+                f"{path.relative_to(source_root)} differs between the shards ({source_root} and an earlier "
+                f"input): the shards did not compute the same thing"
+            )
 
 
 def _copy_extra(source_root: Path, target_root: Path) -> None:
-    """Copy files merge does not build itself (retrievals, config copies); one path holding two
-    different contents in two shards is an error, never a silent choice."""
+    """Copy files merge does not build itself (config copies); one path holding two different
+    contents in two shards is an error, never a silent choice."""
     for path in sorted(source_root.rglob("*")):
         relative = path.relative_to(source_root)
         if not path.is_file() or relative.parts[0] in _SKIPPED_DIRS or str(relative) in _OWN:
@@ -199,10 +208,12 @@ def merge_runs(
             raise MergeError(f"{run_dir} is not a run directory (no manifest.json)")
         manifests.append(manifest)
 
+    keys = []  # each shard's key, to read its retrievals and cache entries
     for run_dir, manifest in zip(inputs, manifests):
         verified = verify_run(run_dir, key_files, run_key=manifest.run_key)
-        if not verified.ok:
+        if not verified.ok or verified.key is None:
             raise MergeError(verified.refusal("merge"))
+        keys.append(verified.key)
 
     reference = _identity(manifests[0])
     for run_dir, manifest in zip(inputs[1:], manifests[1:]):
@@ -249,7 +260,7 @@ def merge_runs(
         try:
             tmp.mkdir(parents=True)
             log = EventLog(tmp)
-            for run_dir, (_, indices) in zip(inputs, coverage):
+            for run_dir, source_key, (_, indices) in zip(inputs, keys, coverage):
                 shards = [Shard(i, shard_count) for i in sorted(indices)]
                 for path in chained_files(run_dir):
                     relative = path.relative_to(run_dir)
@@ -269,9 +280,10 @@ def merge_runs(
                         rows += 1
                         terminal += relative.parts[0] == "cells" and event.get("event") in TERMINAL_EVENTS
                 _copy_extra(run_dir, tmp)
+                _merge_retrievals(run_dir, source_key, tmp, log.key)
+            caches = [(d / CACHE_FILE, k) for d, k in zip(inputs, keys) if (d / CACHE_FILE).exists()]
+            entries = _merge_cache(caches, tmp / CACHE_FILE, log.key) if caches else 0
             log.close()
-            caches = [d / "cache.sqlite" for d in inputs if (d / "cache.sqlite").exists()]
-            cache_entries = _merge_cache(caches, tmp / "cache.sqlite") if caches else 0
             manifest = dataclasses.replace(
                 manifests[0],
                 config={**manifests[0].config, "shard": None, "out": str(out)},
@@ -302,7 +314,7 @@ def merge_runs(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return MergeSummary(out, inputs, shard_count, sorted(seen), missing, rows, terminal, cache_entries)
+    return MergeSummary(out, inputs, shard_count, sorted(seen), missing, rows, terminal, entries)
 
 
 @click.command("merge")

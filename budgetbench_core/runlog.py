@@ -265,6 +265,14 @@ class EventLog:
         with self._lock:
             self._open(what)
 
+    @property
+    def key(self) -> bytes:
+        """The run's key, opening the directory first (as ``open`` does): the main process MACs the
+        run's saved retrievals and cache entries with it. It is never given to a plugin."""
+        with self._lock:
+            self._open()
+            return self._key
+
     def _open(self, what: str = "append to") -> None:
         if self._chains is not None:
             return

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .cache import ResponseCache
+from .cache import CACHE_FILE, ResponseCache
 from .engine.intake import ItemIntake
 from .engine.manifest import finished_cells, identity, manifest
 from .engine.run_plugins import LOAD_TIMEOUT_S, RunPlugins
@@ -281,7 +281,7 @@ class Run:
                 # edited or forged row is refused (naming file and line) before it decides anything.
                 log.open("resume")
             done = self._done = finished_cells(self.run_dir, key, previous, run_identity, config.prompts_only)
-            cache = ResponseCache(self.run_dir / "cache.sqlite")
+            cache = ResponseCache(self.run_dir / CACHE_FILE, log.key)
             model_callers = callers(
                 plugins, cache, config.max_concurrency, config.retries, config.timeout_s, fail_fast=self.fail_fast
             )

@@ -4,6 +4,7 @@ untrusted coroutines contained, a blocked loop named, and the one serialisation 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -163,7 +164,7 @@ def test_direct_client_sends_the_chat_json_it_is_given_and_keys_the_cache_by_it(
 
     with FaultServer(reply=reply) as server:
         backend = LiteLLMBackend("openai/fault-model", api_base=server.url, timeout_s=10)
-        cache = ResponseCache(tmp_path / "cache.sqlite")
+        cache = ResponseCache(tmp_path / "cache.sqlite", os.urandom(32))
         calls = ModelCaller(backend, cache, 2, retries=0)
         sent = chat_json(MESSAGES).replace("Where is Paris?", "Where is Rome?")
         first = calls.call(MESSAGES, PARAMS, chat_json=sent)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 from budgetbench_core import GenerationParams, Message
@@ -16,7 +17,7 @@ def test_the_same_prompt_asked_at_once_is_sent_once(tmp_path):
     with FaultServer(latency_s=0.3) as server:
         backend = get_registry().resolve_backend("openai/fault-model").obj("openai/fault-model", api_base=server.url)
         backend.start()
-        cache = ResponseCache(tmp_path / "cache.sqlite")
+        cache = ResponseCache(tmp_path / "cache.sqlite", os.urandom(32))
         caller = ModelCaller(backend, cache, max_connections=8, retries=0)
         prompt = (Message("user", "the same question"),)
         outcomes = []

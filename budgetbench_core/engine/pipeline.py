@@ -102,11 +102,11 @@ def build_prompt(
     ``item`` is the runner's own copy; ``view`` the private copy the strategy was given.
     """
     name = cell.key.strategy
+    retriever = strategy if isinstance(strategy, (MemorySystemStrategy, RemoteStrategy)) else None
+    if retriever is not None:  # read here, not in the strategy's stage: one that does not verify stops the run
+        retriever.saved_retrieval = load_retrieval(services.run_dir, name, item.id, services.log.key)
 
     def apply() -> tuple[tuple[Message, ...], list[str], Any]:
-        retriever = strategy if isinstance(strategy, (MemorySystemStrategy, RemoteStrategy)) else None
-        if retriever is not None:
-            retriever.saved_retrieval = load_retrieval(services.run_dir, name, item.id)
         if isinstance(strategy, RemoteStrategy):
             strategy.cell = cell  # its own SDK's calls through the gateway are charged to this cell
         try:
@@ -116,7 +116,7 @@ def build_prompt(
                 returned = strategy.apply(view.item.history, budget, context)
         finally:  # saved even when the cell then fails (an ingest loss): every tier reuses it
             if retriever is not None and retriever.new_retrieval is not None:
-                save_retrieval(services.run_dir, name, item.id, retriever.new_retrieval)
+                save_retrieval(services.run_dir, name, item.id, retriever.new_retrieval, services.log.key)
         dropped: list[str] = []
         prompt = canonical_prompt(returned, dropped)
         validate_prompt(item, prompt)

@@ -43,6 +43,7 @@ from ..executors import (
 )
 from ..gate import chat_json as serialise
 from ..model_calls import CallFailed, CallOutcome, ModelCaller
+from ..retrievals import write_retrieval
 from ..run_config import RunConfig
 from ..runlog import now
 from ..sandbox import Deadline
@@ -116,8 +117,8 @@ class RunJob(Job):
     def record(self, unit: Unit, outcome: UnitOutcome) -> None:
         services = self.services
         with self._lock:  # one unit's rows stay together in every cell file
-            for relative, data in outcome.files.items():
-                write_bytes_atomic(services.run_dir / relative, data)
+            for relative, data in outcome.files.items():  # MAC'd by the worker under its own key: here under the run's
+                write_retrieval(services.run_dir, services.run_dir / relative, json.loads(data), services.log.key)
             for key, completion in outcome.replies:
                 self.cache.put(key, completion)
             for row, path in outcome.events:
@@ -130,13 +131,6 @@ class RunJob(Job):
     def record_lost(self, unit: Unit, cause: str) -> None:
         lost(self.services, unit, cause)
         self.progress(unit.strategy, len(unit.todo))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def address_of(backend: Any) -> dict[str, Any]:
@@ -216,10 +210,13 @@ class CallDesk(DriverCalls):
 
 
 class _BufferLog:
-    """The ``EventLog`` of a worker: rows kept in order, stamped when they happen, never written."""
+    """The ``EventLog`` of a worker: rows kept in order, stamped when they happen, never written.
+    ``key`` is the worker's own, for the retrievals it keeps in its directory (not a run's: the
+    driver MACs what it records under the run's key, which never leaves the driver)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, key: bytes) -> None:
         self.run_dir = run_dir
+        self.key = key
         self.rows: list[tuple[dict[str, Any], str | None]] = []
         self._lock = threading.Lock()
 
@@ -317,9 +314,10 @@ class RemoteWorker(UnitWorker):
                 f"{tokenizer_info} vs {spec.tokenizer_info}, plugin versions {versions} vs {spec.versions}; "
                 f"install the same distributions on every node"
             )
-        run_dir = Path(tempfile.gettempdir()) / "budgetbench-worker" / f"{spec.run_key}-{os.getpid()}"
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # Its own directory and key: a retrieval left by another worker is not one of its own.
+        run_dir = Path(tempfile.mkdtemp(prefix=f"budgetbench-worker-{spec.run_key}-"))
         self.run_dir = run_dir
+        self.key = os.urandom(32)
         self.memo = _ReplyMemo()
         cache = cast("ResponseCache", self.memo)  # to ModelCaller it is a cache: lookup and put
         self.callers: tuple[_ClusterCaller, _ClusterCaller] = callers(  # type: ignore[assignment]
@@ -338,7 +336,7 @@ class RemoteWorker(UnitWorker):
             counter,
             self.callers,
             StrategyPool(config, plugins, host),
-            log=_BufferLog(run_dir),
+            log=_BufferLog(run_dir, self.key),
             run_dir=run_dir,
             scratch_dir=scratch_dir,
             evidence=self.intake.evidence,
@@ -366,7 +364,7 @@ class RemoteWorker(UnitWorker):
                 caller._slots = contextlib.nullcontext()  # type: ignore[assignment]  # the lease is the limit; a local one would add to it
         calls_before = sum(c.calls_made for c in callers)
         before = self._files()
-        buffer = _BufferLog(self.run_dir)
+        buffer = _BufferLog(self.run_dir, self.key)
         self.memo.new = []
         unit = Unit(unit.strategy, self.intake.admit(unit.item), list(unit.todo))
         run_unit(self.services.with_log(buffer), unit, lambda strategy, cells: None)

@@ -454,6 +454,15 @@ def _settings(run_dir: Path | None, task, task_options, grader, judge_model, jud
     return settings
 
 
+def _key_of(run_dir: Path) -> bytes:
+    from ..integrity import IntegrityError, key_of
+
+    try:
+        return key_of(run_dir)
+    except IntegrityError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command("judge-audit")
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("-t", "--task", default=None, help="Task whose questions make the probes (default: RUN_DIR's).")
@@ -488,7 +497,7 @@ def judge_audit_command(
     With RUN_DIR, audits that run's task, grader and judge and writes RUN_DIR/judge_audit.json
     (the report shows it). Exit 0 when the judge passes, 1 when it fails, 2 on a usage error.
     """
-    from ..cache import ResponseCache
+    from ..cache import CACHE_FILE, ResponseCache
     from ..model_calls import ModelCaller
     from ..plugins import get_registry
 
@@ -505,7 +514,8 @@ def judge_audit_command(
         max_context=JUDGE_CONTEXT,
         max_concurrency=max_concurrency,
     )
-    cache = ResponseCache(run_dir / "cache.sqlite") if run_dir is not None else None
+    # Its replies are kept in the run's cache, MAC'd under the run's key as the run's own are.
+    cache = ResponseCache(run_dir / CACHE_FILE, _key_of(run_dir)) if run_dir is not None else None
     backend.start()
     try:
         caller = ModelCaller(backend, cache, max_concurrency, timeout_s=timeout_s)
