@@ -146,6 +146,7 @@ class FaultServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else the body waits for a delayed ACK: 40 ms per reply
 
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
