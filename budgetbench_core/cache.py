@@ -7,8 +7,8 @@ twice for a call whose reply arrived before a crash. Replies are redacted before
 stored (a server may echo a key). Each entry carries an HMAC under the run's key of its key and
 its reply (``integrity.record_mac``), so an entry edited, moved under another prompt's key, or
 written by another run is never served. Such an entry, or a corrupt one, is a miss: it is
-dropped, reported to the caller as a warning, and asked again; ``integrity.verify_run`` refuses
-a run whose cache holds one. A cache file SQLite cannot read stops the run with an error saying
+dropped, reported to the caller as a warning, and asked again (so no entry that does not
+verify can change a row; a run from before entries were MAC'd still reports). A cache file SQLite cannot read stops the run with an error saying
 what to do.
 """
 
@@ -104,23 +104,6 @@ def cache_entries(path: Path, mac_key: bytes) -> Iterator[tuple[str, str | None]
             yield str(key), completion if _verifies(mac_key, key, completion, tag) else None
     finally:
         db.close()
-
-
-def cache_problems(path: Path, mac_key: bytes) -> list[str]:
-    """Why the run's cache at ``path`` does not verify under ``mac_key`` (``integrity.verify_run``)."""
-    if not path.exists():
-        return []
-    try:
-        bad = [key for key, completion in cache_entries(path, mac_key) if completion is None]
-    except sqlite3.Error as exc:
-        return [f"{path}: cannot be read ({exc}), so its entries cannot be verified: move it away"]
-    if not bad:
-        return []
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    return [
-        f"{path}: entry {bad[0][:12]}{more} does not verify under this run's key (edited, moved under "
-        f"another key, or written by another run)"
-    ]
 
 
 class ResponseCache:

@@ -288,11 +288,53 @@ def verify_run(
         relative = path.relative_to(run_dir).as_posix()
         _verify_file(path, relative, sealed.get(relative), found, run_key, final)
     if found.key is not None:
-        from .cache import CACHE_FILE, cache_problems  # both modules use this one
-        from .retrievals import retrieval_problems
-
-        found.problems += retrieval_problems(run_dir, found.key) + cache_problems(run_dir / CACHE_FILE, found.key)
+        found.problems += retrieval_problems(run_dir, found.key)
     return found
+
+
+# ----------------------------------------------------------------- saved retrievals
+
+RETRIEVALS = "retrievals"
+MAC_FIELD = "mac"
+
+
+def retrieval_mac(key: bytes, run_dir: Path, path: Path, record: dict[str, Any]) -> str:
+    content = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return record_mac(key, "retrieval", path.relative_to(run_dir).as_posix(), content)
+
+
+def read_retrieval(run_dir: Path, path: Path, key: bytes) -> dict[str, Any]:
+    """The record saved at ``path``, without its MAC; IntegrityError when it does not verify under ``key``."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IntegrityError(f"{path}: a saved retrieval that cannot be read ({exc})") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get(MAC_FIELD), str):
+        raise IntegrityError(f"{path}: a saved retrieval without a MAC (written by hand, or by an older budgetbench)")
+    mac = saved.pop(MAC_FIELD)
+    if not hmac.compare_digest(mac, retrieval_mac(key, run_dir, path, saved)):
+        raise IntegrityError(
+            f"{path}: a saved retrieval that does not verify under this run's key "
+            f"(edited, or copied from another run or item)"
+        )
+    return saved
+
+
+def retrieval_files(run_dir: Path) -> list[Path]:
+    """Every saved retrieval of the run (a ``.tmp`` left by a write cut short is not one)."""
+    root = run_dir / RETRIEVALS
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".tmp") if root.exists() else []
+
+
+def retrieval_problems(run_dir: Path, key: bytes) -> list[str]:
+    """Why each saved retrieval of ``run_dir`` does not verify under ``key`` (``integrity.verify_run``)."""
+    problems = []
+    for path in retrieval_files(run_dir):
+        try:
+            read_retrieval(run_dir, path, key)
+        except IntegrityError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def _verify_file(

@@ -9,42 +9,18 @@ item) is refused (``integrity.IntegrityError``), never taken for "not saved".
 
 from __future__ import annotations
 
-import hmac
 import json
 from pathlib import Path
 from typing import Any
 
-from .integrity import IntegrityError, record_mac
+from .integrity import MAC_FIELD, RETRIEVALS, read_retrieval, retrieval_files, retrieval_mac
 from .runlog import redact, safe_name
 
-RETRIEVALS = "retrievals"
-MAC_FIELD = "mac"
+__all__ = ["RETRIEVALS", "read_retrieval", "retrieval_files"]  # verified by integrity, as verify_run does
 
 
 def retrieval_path(run_dir: Path, strategy: str, item_id: str) -> Path:
     return run_dir / RETRIEVALS / safe_name(strategy) / f"{safe_name(item_id)}.json"
-
-
-def _mac(key: bytes, run_dir: Path, path: Path, record: dict[str, Any]) -> str:
-    content = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return record_mac(key, "retrieval", path.relative_to(run_dir).as_posix(), content)
-
-
-def read_retrieval(run_dir: Path, path: Path, key: bytes) -> dict[str, Any]:
-    """The record saved at ``path``, without its MAC; IntegrityError when it does not verify under ``key``."""
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IntegrityError(f"{path}: a saved retrieval that cannot be read ({exc})") from None
-    if not isinstance(saved, dict) or not isinstance(saved.get(MAC_FIELD), str):
-        raise IntegrityError(f"{path}: a saved retrieval without a MAC (written by hand, or by an older budgetbench)")
-    mac = saved.pop(MAC_FIELD)
-    if not hmac.compare_digest(mac, _mac(key, run_dir, path, saved)):
-        raise IntegrityError(
-            f"{path}: a saved retrieval that does not verify under this run's key "
-            f"(edited, or copied from another run or item)"
-        )
-    return saved
 
 
 def write_retrieval(run_dir: Path, path: Path, record: dict[str, Any], key: bytes) -> None:
@@ -52,7 +28,7 @@ def write_retrieval(run_dir: Path, path: Path, record: dict[str, Any], key: byte
     field of the record itself is not kept)."""
     plain = json.loads(redact(json.dumps(record, ensure_ascii=False)))
     plain.pop(MAC_FIELD, None)
-    text = json.dumps({**plain, MAC_FIELD: _mac(key, run_dir, path, plain)}, ensure_ascii=False, indent=1)
+    text = json.dumps({**plain, MAC_FIELD: retrieval_mac(key, run_dir, path, plain)}, ensure_ascii=False, indent=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -68,20 +44,3 @@ def load_retrieval(run_dir: Path, strategy: str, item_id: str, key: bytes) -> di
 def save_retrieval(run_dir: Path, strategy: str, item_id: str, record: dict[str, Any], key: bytes) -> None:
     """Save ``record`` (the plugin's ingest report and ranked memories) as ``item_id``'s."""
     write_retrieval(run_dir, retrieval_path(run_dir, strategy, item_id), {**record, "item_id": item_id}, key)
-
-
-def retrieval_files(run_dir: Path) -> list[Path]:
-    """Every saved retrieval of the run (a ``.tmp`` left by a write cut short is not one)."""
-    root = run_dir / RETRIEVALS
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".tmp") if root.exists() else []
-
-
-def retrieval_problems(run_dir: Path, key: bytes) -> list[str]:
-    """Why each saved retrieval of ``run_dir`` does not verify under ``key`` (``integrity.verify_run``)."""
-    problems = []
-    for path in retrieval_files(run_dir):
-        try:
-            read_retrieval(run_dir, path, key)
-        except IntegrityError as exc:
-            problems.append(str(exc))
-    return problems

@@ -147,7 +147,8 @@ def test_a_made_up_tool_exchange_is_a_violation_and_the_honest_twin_is_not(tmp_p
 
 
 def test_an_episode_past_its_deadline_is_an_error_row_and_the_run_goes_on(tmp_path):
-    with FaultServer() as server:
+    # 50 ms a turn: the deadline comes after some 30 turns, before the growing history outgrows the budget
+    with FaultServer(latency_s=0.05) as server:
         summary, rows = lookup_run(tmp_path, server, ["everything"], endless=True, episode_timeout_s=1.5)
     assert summary.errors == 2
     turns = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
