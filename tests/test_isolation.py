@@ -208,6 +208,39 @@ class Hanger(Truncation):
         return super().apply(history, budget, context)
 
 
+class Daemonizer(Truncation):
+    """Leaves a process behind that escaped its worker's process group and session (``setsid``,
+    then its parent exits: a classic daemon), and reports that process's pid."""
+
+    name = "hostile-daemonizer"
+
+    def apply(self, history, budget, context):
+        readable, writable = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(writable, str(os.getpid()).encode())
+                time.sleep(600)
+            os._exit(0)
+        os.close(writable)
+        context.audit["daemon"] = int(os.read(readable, 32))
+        os.close(readable)
+        context.audit["daemon_running"] = Path(f"/proc/{context.audit['daemon']}").exists()
+        return super().apply(history, budget, context)
+
+
+class OomProbe(Truncation):
+    """Reads, then tries to lower, how readily the kernel kills its process when memory runs out."""
+
+    name = "hostile-oom-probe"
+
+    def apply(self, history, budget, context):
+        setting = Path("/proc/self/oom_score_adj")
+        context.audit["oom_score_adj"] = setting.read_text().strip()
+        context.audit["lower_it"] = attempt(lambda: setting.write_text("-1000"))
+        return super().apply(history, budget, context)
+
+
 class OwnSdk(Truncation):
     """A vendor layer with its own OpenAI client (configured from the environment, as SDKs are),
     which also leaves a thread behind that calls again after ``apply`` returned."""
@@ -269,6 +302,8 @@ PLUGIN = types.SimpleNamespace(
                 PhaseForger,
                 Exiter,
                 Hanger,
+                Daemonizer,
+                OomProbe,
                 OwnSdk,
                 Declares,
             )
@@ -420,6 +455,36 @@ def test_a_strategy_past_its_deadline_is_killed_with_everything_it_started(tmp_p
     assert sum(r["event"] == "result" for r in hanger.values()) == TASK_OPTIONS["items"] - 1
     assert len(hits) == summary.model_calls  # the late call never reached the server
     assert verify_run(out).ok
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker's guard is a Linux child subreaper")
+def test_a_process_that_escaped_its_workers_session_ends_with_the_worker(tmp_path):
+    """Old code: killing the worker's process group missed a daemon that had left it (setsid):
+    it outlived the run."""
+    out, _, rows, audits, _ = hostile_run(tmp_path, "hostile-daemonizer", budgets=[300, 2000])
+    daemons = [audit for (name, _), audit in audits.items() if name == "hostile-daemonizer"]
+    assert len(daemons) == TASK_OPTIONS["items"] and all(d["daemon_running"] for d in daemons)
+    left = [d["daemon"] for d in daemons if _running(d["daemon"])]
+    assert left == []
+    assert by_strategy(rows, "hostile-daemonizer").keys() == by_strategy(rows, "truncation").keys()
+    assert verify_run(out).ok
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="needs Landlock: /proc/self read-only to the worker")
+def test_a_worker_is_the_first_process_killed_when_memory_runs_out_and_cannot_change_that(tmp_path):
+    """Old code: a plugin exhausting memory left the choice to the kernel (the harness, holding
+    the run, could be the one killed)."""
+    _, _, _, audits, _ = hostile_run(tmp_path, "hostile-oom-probe")
+    probed = [audit for (name, _), audit in audits.items() if name == "hostile-oom-probe"]
+    assert probed == [{"oom_score_adj": "1000", "lower_it": "PermissionError"}] * TASK_OPTIONS["items"]
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its parent is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_isolation_none_runs_in_process_and_says_so(tmp_path):

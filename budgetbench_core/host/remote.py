@@ -12,6 +12,8 @@ as for any strategy. Killing the worker (``close``) ends whatever the plugin was
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -37,13 +39,14 @@ class WorkerGone(RuntimeError):
 
 
 class WorkerProcess:
-    """One spawned worker: ``python -m budgetbench_core.host.worker``, its own session (Ctrl-C
-    is the harness's to handle), stdout and stderr to ``log``, talking over a socket pair."""
+    """One spawned worker: ``python -m budgetbench_core.host.worker FD`` starts as the worker's
+    guard (``guard``: its own session, Ctrl-C is the harness's to handle), which forks the worker
+    and names it in its first frame; stdout and stderr to ``log``, frames over a socket pair."""
 
     def __init__(self, env: dict[str, str], log: Path, cwd: Path) -> None:
         ours, theirs = socket.socketpair()
         with open(log, "ab") as output:
-            self.process = subprocess.Popen(
+            self.process = subprocess.Popen(  # the guard
                 [sys.executable, "-m", "budgetbench_core.host.worker", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -56,35 +59,71 @@ class WorkerProcess:
         theirs.close()
         self.conn = Connection(os.dup(ours.fileno()))
         ours.close()
+        self.pid: int | None = None  # the worker's, once its guard has named it
+        self._pidfd: int | None = None  # the worker's, to signal it (never a reused pid) and see it end
 
     def exchange(self, frame: dict[str, Any]) -> dict[str, Any]:
+        if self.pid is None:
+            self._learn_pid()
         try:
             wire.send(self.conn, frame)
         except OSError:
             return self.receive()  # gone: says so with its exit code
         return self.receive()
 
+    def _learn_pid(self) -> None:
+        """The guard's first frame, sent before any plugin code runs: the worker's pid."""
+        named = self.receive().get("worker_pid")
+        if not isinstance(named, int) or isinstance(named, bool):
+            self.kill()
+            raise WorkerGone(f"the worker's guard sent {named!r}, not a pid")
+        self.pid = named
+        try:
+            self._pidfd = os.pidfd_open(named)
+        except (AttributeError, OSError):  # no pidfd here (not Linux 5.3+): signalled by pid
+            self._pidfd = None
+
     def receive(self) -> dict[str, Any]:
         try:
             return wire.receive(self.conn)
         except (EOFError, OSError):
             try:
-                code: int | None = self.process.wait(timeout=2)
+                code: int | None = self.process.wait(timeout=2)  # the guard exits as the worker did
             except subprocess.TimeoutExpired:
                 code = None
             raise WorkerGone(f"the plugin's worker process ended (exit code {code})") from None
 
     def alive(self) -> bool:
-        return self.process.poll() is None and not self.conn.closed
+        if self.process.poll() is not None or self.conn.closed:
+            return False
+        if self._pidfd is None:
+            return True
+        return not select.select([self._pidfd], [], [], 0)[0]  # readable once the worker has exited
 
     def kill(self) -> None:
-        """End the worker and everything it started (its own session), at once."""
-        try:
-            os.killpg(self.process.pid, 9)
+        """End the worker and everything it started, at once: the worker is killed here, its
+        guard then kills every process the worker left (``guard``) and exits."""
+        if self.pid is not None and self.process.poll() is None:
+            try:
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                else:
+                    os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # before the worker was named, or a guard that did not end in time
+            os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
         self.conn.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 class RemoteStrategy(MemoryStrategy):
@@ -112,7 +151,8 @@ class RemoteStrategy(MemoryStrategy):
         self.proxy, self.proxy_token = proxy, proxy_token  # its outside proxy credentials, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
-        self._cpu_clock = process_cpu_clock(worker.process.pid)  # the worker's CPU time, read from here
+        # the worker's CPU time, read from here (its pid is known once it has been created)
+        self._cpu_clock = process_cpu_clock(worker.pid) if worker.pid is not None else None
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
         self._reported_cpu: dict[str, float] = {}  # the worker's own split of this apply's CPU, by phase
         self._lock = threading.Lock()

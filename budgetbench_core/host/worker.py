@@ -11,7 +11,6 @@ folder. Whatever it does to its own memory changes nothing the harness counts or
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -26,20 +25,11 @@ from typing import Any
 
 from ..messages import Message
 from ..tokenizers import PromptCounter, Tokenizer, TokenizerInfo
-from . import wire
+from . import guard, wire
 
 
 class HarnessRefused(RuntimeError):
     """The harness refused an auxiliary call (closed cell, passed deadline, bad arguments)."""
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when the harness dies, even by kill -9."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(0)
 
 
 class Harness:
@@ -338,11 +328,11 @@ def serve(conn: Connection) -> None:
 
 
 def main() -> None:
-    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle: it stops us
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = Connection(os.dup(sock.fileno()))
     sock.close()
+    guard.stand(conn)  # from here on, this is the worker: its guard ends whatever it leaves behind
     serve(conn)
     os._exit(0)  # plugin threads left running must not keep the worker alive
 

@@ -1,0 +1,135 @@
+"""A worker's guard: the process the harness starts, which forks the plugin's worker and, when
+that worker ends, ends every process it left behind.
+
+Killing a worker's process group does not reach a process the plugin moved out of it
+(``setsid`` in a forked child whose parent then exits): such a process would outlive its
+worker and the run. The guard never runs plugin code and is outside the worker's Landlock
+domain, so the plugin can neither signal nor trace it (ABI 6). It is the worker's
+child subreaper: every orphan of the worker's tree becomes the guard's child, whatever
+session or group it moved to. When the worker exits, is killed (``remote.WorkerProcess.kill``
+signals the worker alone) or the harness dies, the guard kills all its children until none is
+left, then exits as the worker did, so the harness reads the worker's own exit status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+from . import wire
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_WATCHED = {signal.SIGCHLD, signal.SIGTERM}
+
+
+def stand(conn: Connection) -> None:
+    """Fork the worker and guard it; returns only in the worker. The first frame on ``conn``
+    names the worker's pid (the process the harness meters and kills)."""
+    if not sys.platform.startswith("linux"):  # no subreaper: this process is the worker
+        wire.send(conn, {"worker_pid": os.getpid()})
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the harness died: end the worker's tree, then go
+    if os.getppid() == 1:
+        os._exit(0)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    guard = os.getpid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)  # taken with sigtimedwait: none is lost
+    worker = os.fork()
+    if worker == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WATCHED)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the guard is gone: so is the worker
+        if os.getppid() != guard:
+            os._exit(0)
+        os.setpgid(0, 0)
+        _first_to_go_out_of_memory()
+        return
+    wire.send(conn, {"worker_pid": worker})
+    conn.close()  # the worker's end only: its exit is the harness's end of file
+    status = _wait_for(worker)
+    _end_all_children()
+    _exit_as(status)
+
+
+def _first_to_go_out_of_memory() -> None:
+    """A plugin that exhausts memory is the process the kernel kills, not the harness (its
+    confinement keeps it from writing this back: /proc/self is read-only to it)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as adj:
+            adj.write("1000")
+    except OSError:
+        pass  # a kernel without the setting: the kernel's own choice stands
+
+
+def _wait_for(worker: int) -> int:
+    """The worker's wait status, once it exits; the guard's own SIGTERM (the harness is gone) kills it."""
+    while True:
+        received = signal.sigtimedwait(_WATCHED, 1.0)
+        if received is not None and received.si_signo == signal.SIGTERM:
+            _kill(worker)
+        for pid, status in _reaped():
+            if pid == worker:
+                return status
+
+
+def _reaped() -> list[tuple[int, int]]:
+    """Every child that has exited, reaped now."""
+    reaped: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
+
+
+def _end_all_children() -> None:
+    """Kill every child (the worker's orphans, reparented here) until none is left: a child's
+    own children become this process's as it dies, and are killed in the next round."""
+    while True:
+        for pid in _children():
+            _kill(pid)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        _reaped()
+
+
+def _children() -> list[int]:
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        if len(fields) > 1 and fields[1] == str(me):
+            found.append(int(entry))
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _exit_as(status: int) -> None:
+    """End this process as the worker ended: its exit code, or the signal that killed it."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught anyway
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+        os.kill(os.getpid(), number)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
