@@ -56,15 +56,11 @@ class StrategyPool:
         )
 
     def new(self, name: str) -> MemoryStrategy:
-        """A fresh instance (the caller owns it)."""
+        """A fresh instance in this process (the caller owns it); an isolated strategy's
+        instances are leased from the plugin host instead."""
         if is_control(name):
             return HarnessControl(name)  # run by the harness itself, in this process (controls.py)
         params = self._params(name)
-        if self.host is not None:
-            try:
-                return self.host.new_strategy(name, params, self.config.max_ingest_loss, self._source(name))
-            except PluginHostError as exc:
-                raise self._creation_error(name, self.ref(name).distribution, exc) from None
         cls = self._classes[name]
 
         def create() -> MemoryStrategy:
@@ -114,15 +110,24 @@ class StrategyPool:
             self.host.discard(strategy)
 
     def describe(self, name: str) -> dict[str, Any]:
-        """What a fresh instance says of itself, for the manifest, with its distribution."""
-        strategy = self.new(name)
+        """What a fresh instance says of itself, for the manifest, with its distribution. An
+        isolated strategy's worker then serves the first unit (reset, as any leased worker)."""
+        strategy: MemoryStrategy
+        if self.host is not None and not is_control(name):
+            try:
+                strategy = self.host.lease(name, self._params(name), self.config.max_ingest_loss, self._source(name))
+            except PluginHostError as exc:
+                raise self._creation_error(name, self.ref(name).distribution, exc) from None
+        else:
+            strategy = self.new(name)
         try:
             described = contained("describe", self.ref(name), strategy.describe, Deadline(self.config.item_timeout_s))
         except PluginFailure as failure:
+            if isinstance(strategy, RemoteStrategy) and self.host is not None:
+                self.host.discard(strategy)
             raise PluginError(failure.cause) from None
-        finally:
-            if isinstance(strategy, RemoteStrategy):
-                strategy.close()
+        if isinstance(strategy, RemoteStrategy) and self.host is not None:
+            self.host.give_back(strategy)
         described = json_safe_or_empty(described)
         return {
             **(described if isinstance(described, dict) else {}),
