@@ -160,7 +160,8 @@ class FaultServer:
                     server._handle(self)
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # stop() waits until the loop next looks (0.5 s by default)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
         return self
 

@@ -79,7 +79,8 @@ class OutsideProxy:
     def start(self) -> None:
         if self._server is None:
             self._server = _Server(("127.0.0.1", 0), _handler(self))
-            threading.Thread(target=self._server.serve_forever, name="outside-proxy", daemon=True).start()
+            serve = {"poll_interval": 0.02}  # stop() waits until the loop next looks (0.5 s by default)
+            threading.Thread(target=self._server.serve_forever, kwargs=serve, name="outside-proxy", daemon=True).start()
 
     def stop(self) -> None:
         if self._server is not None:
