@@ -8,9 +8,11 @@ plugin's code and its parameters' paths; once created, what the plugin declares,
 layer that only narrows: whatever the plugin did to ``sys.modules`` cannot widen it);
 read-write on its scratch folder (and /dev for /dev/null and /dev/shm); nothing else on
 disk; TCP connections only to the ports the harness allows (its metering gateway and outside
-proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6). The
-child that builds the plugin index (``host.index``) is confined the same way before it imports
-the installed plugins: their code, no write but a temporary folder, no TCP.
+proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6); and,
+by a seccomp filter (``seccomp``), no socket but TCP's (no UDP, Unix path, netlink, raw
+socket or io_uring). The child that builds the plugin index (``host.index``) is confined the
+same way before it imports the installed plugins: their code, no write but a temporary
+folder, no TCP.
 
 PyPI's ``landlock`` bindings were considered; the four system calls and three structures
 below are all this needs, so no dependency. ``confine`` returns what it applied, recorded in
@@ -25,6 +27,8 @@ import platform
 import sys
 from pathlib import Path
 from typing import Any
+
+from . import seccomp
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same numbers on x86_64 and aarch64
 _VERSION_FLAG = 1
@@ -96,7 +100,13 @@ _SYSTEM_READ = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/
 def confine(policy: dict[str, Any]) -> dict[str, Any]:
     """Restrict this process for good: ``policy`` has ``read`` (paths), ``write`` (paths),
     ``ports`` (TCP ports it may connect to) and ``list`` (folders whose entries' names, not
-    contents, may be read: where importlib.metadata finds a distribution). Returns what was applied."""
+    contents, may be read: where importlib.metadata finds a distribution). Returns what was
+    applied: Landlock's rules, and the socket filter (``seccomp``), installed even where
+    Landlock is missing (a second call stacks it again, which changes nothing)."""
+    return {**_landlock(policy), "sockets": seccomp.install()}
+
+
+def _landlock(policy: dict[str, Any]) -> dict[str, Any]:
     version = abi_version()
     if version < 1:
         return {"sandbox": "none", "reason": "Landlock is not available on this kernel"}
