@@ -98,7 +98,9 @@ class WorkerProcess:
             return False
         if self._pidfd is None:
             return True
-        return not select.select([self._pidfd], [], [], 0)[0]  # readable once the worker has exited
+        ready = select.poll()  # not select(): a pidfd may be numbered past FD_SETSIZE in a long process
+        ready.register(self._pidfd, select.POLLIN)
+        return not ready.poll(0)  # readable once the worker has exited
 
     def kill(self) -> None:
         """End the worker and everything it started, at once: the worker is killed here, its
