@@ -59,6 +59,9 @@ MAX_BACKOFF_S = 60.0
 # The total deadline of an attempt whose backend sets none (``total_deadline_s`` is None):
 # finite only because lock waits need a number; the cell's own deadline still applies.
 NO_TOTAL_DEADLINE_S = 10.0**7
+# How long a backend may take to answer a question about itself (its total deadline, whether it
+# is async): not the call's timeout, which may be shorter than a thread handoff on a busy machine.
+QUESTION_S = 30.0
 _CALLERS: weakref.WeakSet[ModelCaller] = weakref.WeakSet()
 
 
@@ -214,7 +217,7 @@ class ModelCaller:
         choose = self.backend.total_deadline_s
         if self.timeout_s not in self._chosen:
             configured = self.timeout_s
-            seconds: object = contained("model", self.plugin, lambda: choose(configured), Deadline(configured))
+            seconds: object = contained("model", self.plugin, lambda: choose(configured), Deadline(QUESTION_S))
             if seconds is not None and (type(seconds) not in (int, float) or not seconds > 0):  # type: ignore[operator]
                 raise PluginFailure(
                     "model",
@@ -238,7 +241,7 @@ class ModelCaller:
         with self._count_lock:
             self._flying[key] = None if unbounded and outer is None else deadline
         try:
-            if self._uses_async(deadline):
+            if self._uses_async():
                 return self._attempt_async(messages, params, deadline)
             return self._attempt_sync(messages, params, deadline)
         finally:
@@ -260,13 +263,13 @@ class ModelCaller:
                     raise failure.original from None
                 raise
 
-    def _uses_async(self, deadline: Deadline) -> bool:
+    def _uses_async(self) -> bool:
         """``backend.async_calls()``, asked once (contained: it is plugin code)."""
         if self._async is None:
             if type(self.backend).async_calls is Backend.async_calls:  # the core's own rule, nothing to contain
                 answer: object = self.backend.async_calls()
             else:
-                answer = contained("model", self.plugin, self.backend.async_calls, deadline)
+                answer = contained("model", self.plugin, self.backend.async_calls, Deadline(QUESTION_S))
             if type(answer) is not bool:
                 raise PluginFailure(
                     "model",

@@ -421,6 +421,31 @@ def test_a_backend_without_a_total_deadline_outlives_the_timeout_and_shows_in_fl
     assert calls_in_flight() == []
 
 
+class SlowToAnswer(OwnDeadline):
+    """Takes 50 ms to say it has no total deadline and that it is async (plugin code on a busy
+    machine: the questions go to a worker thread, which may wait for the interpreter lock)."""
+
+    def total_deadline_s(self, configured):
+        time.sleep(0.05)
+        return None
+
+    def async_calls(self):
+        time.sleep(0.05)
+        return True
+
+
+def test_a_backends_answers_about_itself_are_not_bound_by_a_short_call_timeout():
+    """Old code: both questions were bound by the call's timeout, so a 1 ms timeout (the embedded
+    server's test of a call outliving it) failed the call before it was sent on a busy machine."""
+
+    async def fine(messages, params):
+        await asyncio.sleep(0.05)
+        return completion("sent")
+
+    outcome = caller(SlowToAnswer(fine, None), timeout_s=0.001).call(MESSAGES, PARAMS)
+    assert outcome.completion.text == "sent" and outcome.attempts == 1
+
+
 def test_a_total_deadline_that_is_not_seconds_is_refused_naming_the_backend():
     async def fine(messages, params):
         return completion()
