@@ -49,7 +49,7 @@ def stand(conn: Connection) -> None:
         _first_to_go_out_of_memory()
         return
     wire.send(conn, {"worker_pid": worker})
-    conn.close()  # the worker's end only: its exit is the harness's end of file
+    conn.close()  # this process's copy: the worker's exit is then the harness's end of file
     status = _wait_for(worker)
     _end_all_children()
     _exit_as(status)
