@@ -9,20 +9,24 @@ what the twin scores, and the run directory must still verify.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib.machinery
 import os
+import platform
 import socket
 import sys
 import threading
 import time
 import types
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from budgetbench_core import RunConfig, hookimpl, run
 from budgetbench_core.builtin.strategies import Truncation
+from budgetbench_core.host import seccomp
 from budgetbench_core.host.landlock import abi_version
 from budgetbench_core.integrity import verify_run
 from budgetbench_core.messages import Item, Message
@@ -33,6 +37,7 @@ from budgetbench_core.tokenizers import PromptCounter
 TASK_OPTIONS = {"items": 4, "history_tokens": 600}
 LANDLOCK = abi_version() >= 4  # file and TCP rules
 SCOPES = abi_version() >= 6  # no signal to a process outside the worker
+SOCKET_FILTER = LANDLOCK and seccomp.supported()  # workers are confined, and the filter applies here
 
 
 def answers() -> dict[str, str]:
@@ -241,6 +246,47 @@ class OomProbe(Truncation):
         return super().apply(history, budget, context)
 
 
+class SocketProber(Truncation):
+    """Sends a datagram to a loopback UDP port, connects to a Unix socket by its path and opens
+    a netlink socket; also connects to the gateway over TCP and runs an event loop (its self-pipe
+    is a socketpair), which a plugin may do."""
+
+    name = "hostile-socket-prober"
+
+    def __init__(self, udp_port: int = 0, unix_path: str = "") -> None:
+        super().__init__(udp_port=udp_port, unix_path=unix_path)
+        self.udp_port, self.unix_path = udp_port, unix_path
+
+    def apply(self, history, budget, context):
+        def udp():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.sendto(b"exfiltrated", ("127.0.0.1", self.udp_port))
+
+        def unix():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(self.unix_path)
+                sock.sendall(b"exfiltrated")
+
+        def gateway():
+            url = urllib.parse.urlsplit(os.environ["OPENAI_BASE_URL"])
+            with socket.create_connection((url.hostname, url.port), timeout=5):
+                pass
+
+        def event_loop():
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+        context.audit["tries"] = {
+            "udp": attempt(udp),
+            "unix_path": attempt(unix),
+            "netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()),
+            "tcp_gateway": attempt(gateway),
+            "event_loop": attempt(event_loop),
+        }
+        return super().apply(history, budget, context)
+
+
 class OwnSdk(Truncation):
     """A vendor layer with its own OpenAI client (configured from the environment, as SDKs are),
     which also leaves a thread behind that calls again after ``apply`` returned."""
@@ -304,6 +350,7 @@ PLUGIN = types.SimpleNamespace(
                 Hanger,
                 Daemonizer,
                 OomProbe,
+                SocketProber,
                 OwnSdk,
                 Declares,
             )
@@ -479,6 +526,52 @@ def test_a_worker_is_the_first_process_killed_when_memory_runs_out_and_cannot_ch
     _, _, _, audits, _ = hostile_run(tmp_path, "hostile-oom-probe")
     probed = [audit for (name, _), audit in audits.items() if name == "hostile-oom-probe"]
     assert probed == [{"oom_score_adj": "1000", "lower_it": "PermissionError"}] * TASK_OPTIONS["items"]
+
+
+@pytest.mark.skipif(
+    not SOCKET_FILTER, reason=f"needs Landlock ABI 4 (Linux 6.7+) on x86_64 or aarch64, not {platform.machine()}"
+)
+def test_a_worker_opens_no_udp_unix_path_or_netlink_socket_but_still_tcp_and_event_loops(tmp_path):
+    """Old code: the datagram and the Unix connection reached the test's listeners (Landlock
+    does not mediate them: tmp_path is not even readable by the worker), netlink opened."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix_path = tmp_path / "u.sock"
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(unix_path))
+    unix.listen()
+    with udp, unix:
+        params = {"udp_port": udp.getsockname()[1], "unix_path": str(unix_path)}
+        out, _, rows, audits, _ = hostile_run(tmp_path, "hostile-socket-prober", params)
+        assert _received_nothing(udp) and _received_nothing(unix)  # hostile_run waited 2 s after the run
+    tried = [audit["tries"] for (name, _), audit in audits.items() if name == "hostile-socket-prober"]
+    assert (
+        tried
+        == [
+            {
+                "udp": "PermissionError",
+                "unix_path": "PermissionError",
+                "netlink": "PermissionError",
+                "tcp_gateway": "reached",
+                "event_loop": "reached",
+            }
+        ]
+        * TASK_OPTIONS["items"]
+    )
+    prober, twin = by_strategy(rows, "hostile-socket-prober"), by_strategy(rows, "truncation")
+    assert len(prober) == len(twin) == TASK_OPTIONS["items"]
+    assert {i: r["quality"] for i, r in prober.items()} == {i: r["quality"] for i, r in twin.items()}
+    assert verify_run(out).ok
+
+
+def _received_nothing(listener: socket.socket) -> bool:
+    """Whether no datagram reached, or no connection waits on, ``listener``."""
+    listener.setblocking(False)
+    try:
+        listener.recv(64) if listener.type == socket.SOCK_DGRAM else listener.accept()
+    except BlockingIOError:
+        return True
+    return False
 
 
 def _running(pid: int) -> bool:

@@ -21,6 +21,7 @@ import threading
 
 import pytest
 
+from budgetbench_core.host import seccomp
 from budgetbench_core.host.landlock import abi_version
 
 LANDLOCK = abi_version() >= 4  # file and TCP rules
@@ -126,3 +127,4 @@ def test_an_installed_plugin_reads_writes_and_connects_nowhere_while_indexed(ind
     assert indexed["findings"]["connect"] == "PermissionError"
     assert indexed["accepted"] == []
     assert indexed["index"]["sandbox"]["sandbox"] == f"landlock-abi-{abi_version()}"
+    assert indexed["index"]["sandbox"]["sockets"] == seccomp.SUMMARY  # no UDP (a DNS query) either
