@@ -102,7 +102,7 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
     ``ports`` (TCP ports it may connect to) and ``list`` (folders whose entries' names, not
     contents, may be read: where importlib.metadata finds a distribution). Returns what was
     applied: Landlock's rules, and the socket filter (``seccomp``), installed even where
-    Landlock is missing (a second call stacks it again, which changes nothing)."""
+    Landlock is missing (once: a second call keeps the filter installed by the first)."""
     return {**_landlock(policy), "sockets": seccomp.install()}
 
 

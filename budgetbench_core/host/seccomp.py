@@ -89,10 +89,16 @@ def _program(machine: str) -> list[tuple[int, int, int, int]]:
     ]
 
 
+_installed = False  # on this process already: a second copy would only run on every system call
+
+
 def install() -> str:
-    """Install the filter on this process for good; returns what was applied, for the record."""
+    """Install the filter on this process for good, once; returns what was applied, for the record."""
+    global _installed
     if not supported():
         return f"unrestricted (no seccomp filter for {sys.platform} {platform.machine()})"
+    if _installed:  # a plugin that clears this flag only skips a copy: the one installed stays
+        return SUMMARY
     libc: Any = ctypes.CDLL(None, use_errno=True)
     instructions = _program(platform.machine())
     code = (_Instruction * len(instructions))(*(_Instruction(*i) for i in instructions))
@@ -101,4 +107,5 @@ def install() -> str:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(filter_program), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    _installed = True
     return SUMMARY
