@@ -21,6 +21,7 @@ from collections import defaultdict
 import pytest
 
 from budgetbench_core import MemorySystem, Message, Regime, RunConfig, hookimpl, run
+from budgetbench_core.host.metering import cpu_by_phase
 from budgetbench_core.memory_systems import IngestReport, RetrievedItem
 from budgetbench_core.report import write_report
 from budgetbench_core.report.ledger import fmt_figure, ledger_markdown
@@ -151,6 +152,19 @@ def test_the_workers_own_cpu_seconds_are_recorded_per_cell_and_phase(memory_run)
     for cell in cells:
         parts = [cell[f"worker_cpu_{label}_s"] for label in ("write", "read", "other")]
         assert cell["worker_cpu_s"] == pytest.approx(sum(p or 0 for p in parts), abs=1e-5)
+
+
+def test_ingest_and_retrieve_keep_their_own_seconds_when_the_clocks_windows_differ_slightly():
+    """Old code split the measured total in proportion: a harness reading 1 ms short of the
+    worker's (its clock ran on after its last ``take``, before the harness read) charged a
+    0.15 s retrieve 0.1497 s (a CI failure). The difference belongs to the rest of ``apply``."""
+    reported = {"ingest": 0.3, "retrieve": 0.15, "apply": 0.002}
+    split = cpu_by_phase(reported, measured=0.451)
+    assert split["ingest"] == 0.3 and split["retrieve"] == 0.15
+    assert split["apply"] == pytest.approx(0.001)
+    assert cpu_by_phase(reported, measured=0.9)["apply"] == pytest.approx(0.45)  # the rest: not the worker's word
+    lying = cpu_by_phase({"ingest": 5.0, "retrieve": 5.0}, measured=0.5)  # claims more than was spent
+    assert sum(lying.values()) == pytest.approx(0.5) and lying["ingest"] == pytest.approx(0.25)
 
 
 def test_a_worker_that_misreports_its_cpu_is_charged_what_the_harness_measured(tmp_path):

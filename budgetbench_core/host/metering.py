@@ -144,14 +144,18 @@ def reported_cpu(reported: Any) -> dict[str, float]:
 
 
 def cpu_by_phase(reported: Any, measured: float) -> dict[str, float]:
-    """``measured`` seconds split in the proportions the worker reported by phase: the worker
-    knows when its plugin ingests or retrieves, only the harness's clock says how much in all
-    (a worker that reports less, or nothing, changes the split at most, never the total)."""
+    """``measured`` seconds split by the phases the worker reported: the worker knows when its
+    plugin ingests or retrieves, only the harness's clock says how much in all. Each named phase
+    gets what the worker reported of it and ``apply`` the rest, where the few microseconds
+    between the worker's clock and the harness's reading fall (scaled down only if the named
+    phases claim more than was measured). Reporting less, or nothing, moves seconds between
+    phases at most, never changes the total."""
     parts = reported_cpu(reported)
-    total = sum(parts.values())
-    if total <= 0:
-        return {"apply": measured}
-    return {phase: measured * seconds / total for phase, seconds in parts.items()}
+    named = {phase: seconds for phase, seconds in parts.items() if phase != "apply"}
+    claimed = sum(named.values())
+    if claimed > measured:
+        return {phase: measured * seconds / claimed for phase, seconds in named.items()}
+    return {**named, "apply": measured - claimed}
 
 
 def charge_cpu(cell: CellLog, spent: dict[str, float]) -> None:
