@@ -103,6 +103,11 @@ class DriverCalls(ABC):
     @abstractmethod
     def call(self, request: CallRequest) -> CallReply: ...
 
+    @abstractmethod
+    def calls_made(self) -> int:
+        """Model calls sent so far (every attempt), counted where they were made: a lost
+        worker's calls included, which its unit's ``UnitOutcome`` never brought back."""
+
 
 class UnitWorker(ABC):
     """Runs units away from the driver: strategies built here, model called from here (or,
@@ -159,6 +164,11 @@ class Job(ABC):
     def record_lost(self, unit: Unit, cause: str) -> None:
         """Every remaining cell of ``unit`` as an ``error`` row (phase ``executor``): its worker
         was lost more often than the executor retries."""
+
+    @abstractmethod
+    def record_desk_calls(self, calls: int) -> None:
+        """The workers' model calls as their ``DriverCalls`` counted them (``calls_made()``):
+        the run's count of them, in place of the sum over recorded units."""
 
 
 class Executor(ABC):

@@ -356,7 +356,7 @@ class Run:
             finally:
                 cache.close()
                 log.close()
-                calls = sum({id(c): c.calls_made for c in model_callers}.values()) + job.remote_calls
+                calls = sum({id(c): c.calls_made for c in model_callers}.values()) + job.workers_calls
                 complete = not self._stop.is_set()
                 record.invocations[-1] = {
                     "started": invoked,

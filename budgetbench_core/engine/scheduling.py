@@ -101,7 +101,8 @@ class RunJob(Job):
         self.stop = services.stop
         self.progress = progress
         self.cache = cache
-        self.remote_calls = 0
+        self.remote_calls = 0  # the model calls the recorded units say they made
+        self._desk_calls: int | None = None
         self._lock = threading.Lock()
         self._make_spec = spec
         self._spec: RemoteSpec | None = None
@@ -131,6 +132,16 @@ class RunJob(Job):
     def record_lost(self, unit: Unit, cause: str) -> None:
         lost(self.services, unit, cause)
         self.progress(unit.strategy, len(unit.todo))
+
+    def record_desk_calls(self, calls: int) -> None:
+        with self._lock:
+            self._desk_calls = calls
+
+    @property
+    def workers_calls(self) -> int:
+        """The model calls made for remote workers: where the executor had a desk count them,
+        that count (a lost unit's calls are in it, not in any recorded outcome)."""
+        return self.remote_calls if self._desk_calls is None else self._desk_calls
 
 
 def address_of(backend: Any) -> dict[str, Any]:
@@ -207,6 +218,9 @@ class CallDesk(DriverCalls):
         except CallFailed as failed:
             return CallReply(None, failed.attempts, False, failure=str(failed))
         return CallReply(outcome.completion, outcome.attempts, outcome.cached, tuple(outcome.warnings))
+
+    def calls_made(self) -> int:
+        return sum({id(c): c.calls_made for c in (self.model, self.judge) if c is not None}.values())
 
 
 class _BufferLog:

@@ -50,6 +50,9 @@ def _caller_class():
         def call(self, request: CallRequest) -> CallReply:
             return self.desk.call(request)
 
+        def calls_made(self) -> int:
+            return self.desk.calls_made()
+
     return Caller
 
 
@@ -61,6 +64,9 @@ class _ByActor(DriverCalls):
 
     def call(self, request: CallRequest) -> CallReply:
         return _ray().get(self.caller.call.remote(request))
+
+    def calls_made(self) -> int:
+        return _ray().get(self.caller.calls_made.remote())
 
 
 _WORKERS: dict[str, Any] = {}
@@ -187,6 +193,8 @@ class RayExecutor(Executor):
             for ref in in_flight:
                 ray.cancel(ref, force=True)  # their rows are discarded: a resume runs them again
             raise
+        finally:  # every call the actor made, a lost unit's included: the manifest's count
+            job.record_desk_calls(_ByActor(caller).calls_made())
 
 
 @hookimpl

@@ -183,3 +183,5 @@ def test_two_nodes_give_the_thread_rows_and_calls_also_after_the_worker_node_is_
     assert summary.errors == 0 and max(terminal_counts(tmp_path / "removed").values()) == 1  # nothing twice
     totals = (sum(asked.values()), sum(thread_asked.values()))
     assert asked == thread_asked, f"{totals[0]} requests where threads made {totals[1]}"  # no extra model call
+    # counted where the calls were made: the lost unit's calls too (old code: one short)
+    assert read_manifest(tmp_path / "removed")["calls_made"] == totals[0]
