@@ -214,7 +214,7 @@ class RemoteStrategy(MemoryStrategy):
         if not isinstance(prompt, list) or not all(isinstance(m, dict) for m in prompt):
             raise PromptError(f"apply must return list[Message], got {type(prompt).__name__}")
         try:
-            return [wire.message_from_wire(m) for m in prompt]
+            return wire.prompt_from_wire(prompt, context.item.history)
         except (KeyError, TypeError, wire.WireError) as exc:
             raise PromptError(f"apply returned a malformed message: {describe_exception(exc)}") from None
 
@@ -313,8 +313,12 @@ class RemoteStrategy(MemoryStrategy):
     def _answer(request: dict[str, Any], context: StrategyContext) -> Any:
         kind = request.get("req")
         tokenizer = context.counter.tokenizer
-        if kind == "count_history":  # the view's history, in order: what the strategy was sent
-            return [tokenizer.count_in_message(m.role, m.content) for m in context.item.history]
+        if kind == "count_history":  # a span of the view's history: what the strategy was sent
+            history = context.item.history
+            start, stop = request.get("start"), request.get("stop")
+            if type(start) is not int or type(stop) is not int or not 0 <= start <= stop <= len(history):
+                raise ValueError(f"count_history needs 0 <= start <= stop <= {len(history)}, got {start!r}, {stop!r}")
+            return [tokenizer.count_in_message(m.role, m.content) for m in history[start:stop]]
         if kind == "count_in_message":
             return context.counter.tokenizer.count_in_message(str(request["role"]), str(request["content"]))
         if kind == "count_text":
@@ -322,7 +326,7 @@ class RemoteStrategy(MemoryStrategy):
         if kind == "count_rendered":
             return tokenizer.count_rendered(str(request["text"]))
         if kind in ("count", "render"):
-            messages = [wire.message_from_wire(m) for m in request["messages"]]
+            messages = wire.prompt_from_wire(request["messages"], context.item.history)
             return context.counter.count(messages) if kind == "count" else tokenizer.render(messages)
         if kind == "complete":
             messages = [wire.message_from_wire(m) for m in request["messages"]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -45,6 +46,30 @@ def message_from_wire(data: Any) -> Message:
     if not isinstance(data, dict):
         raise WireError(f"a message must be an object, got {type(data).__name__}")
     return Message.from_dict(data)
+
+
+def prompt_to_wire(messages: Sequence[Message], history_at: Mapping[int, int]) -> list[dict[str, Any]]:
+    """Messages as plain data, a message of the item's history (the very object, found in
+    ``history_at`` by ``id``) as ``{"history": i}``: a prompt kept from a long history does not
+    cross as text, and the harness takes its own copy of the message."""
+    return [{"history": history_at[id(m)]} if id(m) in history_at else message_to_wire(m) for m in messages]
+
+
+def prompt_from_wire(data: Any, history: Sequence[Message]) -> list[Message]:
+    """A prompt as a worker sent it (``prompt_to_wire``); a history reference is the item's own
+    message, so a worker can name only messages it was given."""
+    if not isinstance(data, list):
+        raise WireError(f"a prompt must be a list, got {type(data).__name__}")
+    prompt = []
+    for entry in data:
+        if isinstance(entry, dict) and len(entry) == 1 and "history" in entry:
+            index = entry["history"]
+            if type(index) is not int or not 0 <= index < len(history):
+                raise WireError(f"no history message {index!r} (the item has {len(history)})")
+            prompt.append(history[index])
+        else:
+            prompt.append(message_from_wire(entry))
+    return prompt
 
 
 def ingest_report_from_wire(data: Any) -> IngestReport:

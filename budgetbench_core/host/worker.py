@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Message
-from ..tokenizers import PromptCounter, Tokenizer, TokenizerInfo
+from ..tokenizers import PromptCounter, Tokenizer, TokenizerInfo, _stored_fields
 from . import guard, wire
 
 
@@ -51,6 +51,9 @@ class Harness:
         return reply["ok"]
 
 
+HISTORY_BLOCK = 32  # history messages counted per request
+
+
 class HarnessTokenizer(Tokenizer):
     """The run's tokenizer, asked through the harness: the worker never holds its own, so
     what a strategy does here can only mislead the strategy, never the gate."""
@@ -58,27 +61,62 @@ class HarnessTokenizer(Tokenizer):
     def __init__(self, harness: Harness, info: dict[str, Any]) -> None:
         self.harness = harness
         self.info = TokenizerInfo(**info)
-        self.known: dict[tuple[str, str], int] = {}  # this item's history, counted in one request
+        self.history: list[tuple[str, str]] = []  # this item's history messages, in order
+        self.position: dict[tuple[str, str], int] = {}
+        self.known: dict[tuple[str, str], int] = {}  # counts the harness gave for them
+        self.messages: Sequence[Message] = ()  # the view's own message objects (kept alive: ...
+        self.history_at: dict[int, int] = {}  # ... their ids are the keys here), sent as references
+        self.counted_at: dict[tuple[str, str, str], int] = {}  # what a count reads of each, the same
 
     def learn_history(self, history: Sequence[Message]) -> None:
-        """Count every history message in one request (not one round trip per message)."""
-        counts = self.harness.ask({"req": "count_history"})
-        self.known = {(m.role, m.content): int(n) for m, n in zip(history, counts)}
+        """A new item: its history messages are counted a block at a time, when a strategy
+        first needs one of the block. Not one round trip per message, and not the whole
+        history either: a strategy that keeps the newest messages of a 115K-token history at a
+        2K budget would have the harness count all of it."""
+        self.history = [(m.role, m.content) for m in history]
+        self.position = {key: index for index, key in enumerate(self.history)}
+        self.known = {}
+        self.messages = history
+        self.history_at = {id(m): index for index, m in enumerate(history)}
+        self.counted_at = {fields: index for index, fields in enumerate(_stored_fields(history))}
+
+    def to_wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        return wire.prompt_to_wire(messages, self.history_at)
+
+    def _counted_to_wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """Messages to count or render (``PromptCounter`` rebuilt them from what a count reads:
+        role, content, tool-call field), a history message's as a reference."""
+        at = self.counted_at
+        return [
+            {"history": at[fields]} if fields in at else m.to_dict()
+            for m, fields in zip(messages, _stored_fields(messages))
+        ]
+
+    def _count_block_of(self, index: int) -> None:
+        """Count the block of history messages holding ``index`` (blocks end at the newest
+        message, where strategies start)."""
+        stop = len(self.history) - (len(self.history) - 1 - index) // HISTORY_BLOCK * HISTORY_BLOCK
+        start = max(0, stop - HISTORY_BLOCK)
+        counts = self.harness.ask({"req": "count_history", "start": start, "stop": stop})
+        self.known.update((key, int(n)) for key, n in zip(self.history[start:stop], counts))
 
     def render(self, messages: Sequence[Message]) -> str:
-        return str(self.harness.ask({"req": "render", "messages": [m.to_dict() for m in messages]}))
+        return str(self.harness.ask({"req": "render", "messages": self._counted_to_wire(messages)}))
 
     def count_text(self, text: str) -> int:
         return int(self.harness.ask({"req": "count_text", "text": text}))
 
     def count(self, messages: Sequence[Message]) -> int:
-        return int(self.harness.ask({"req": "count", "messages": [m.to_dict() for m in messages]}))
+        return int(self.harness.ask({"req": "count", "messages": self._counted_to_wire(messages)}))
 
     def count_rendered(self, prompt: str) -> int:
         return int(self.harness.ask({"req": "count_rendered", "text": prompt}))
 
     def count_in_message(self, role: str, content: str) -> int:
-        known = self.known.get((role, content))
+        key = (role, content)
+        if key not in self.known and key in self.position:
+            self._count_block_of(self.position[key])
+        known = self.known.get(key)
         if known is not None:
             return known
         return int(self.harness.ask({"req": "count_in_message", "role": role, "content": content}))
@@ -118,6 +156,7 @@ class Host:
         self.harness = Harness(conn)
         self.conn = conn
         self.strategy: Any = None
+        self.tokenizer: HarnessTokenizer | None = None
         self.counter: PromptCounter | None = None
         self.scratch = Path(".")
         self.view: Any = None  # the item being served: sent once, reused by every budget tier
@@ -142,7 +181,8 @@ class Host:
             )
         params = frame.get("params") or {}
         self.strategy = cls(**params)
-        self.counter = PromptCounter(HarnessTokenizer(self.harness, frame["tokenizer"]))
+        self.tokenizer = HarnessTokenizer(self.harness, frame["tokenizer"])
+        self.counter = PromptCounter(self.tokenizer)
         from ..strategies import resets_nothing
         from .proxy import parse_hosts
 
@@ -182,7 +222,10 @@ class Host:
         returned = self.strategy.apply(context.item.history, context.budget, context)
         prompt = canonical_prompt(returned)  # a malformed prompt is named here, where the plugin is
         self._check_view()
-        return {"prompt": [m.to_dict() for m in prompt], "audit": json_safe_or_empty(context.audit)}
+        assert self.tokenizer is not None
+        # a message the strategy kept from the history goes as a reference (canonical_prompt copied it)
+        kept = [o if id(o) in self.tokenizer.history_at else m for o, m in zip(list.__iter__(returned), prompt)]
+        return {"prompt": self.tokenizer.to_wire(kept), "audit": json_safe_or_empty(context.audit)}
 
     def ingest(self, frame: dict[str, Any]) -> dict[str, Any]:
         """A memory system stores an item's history: its view has no question (``ingest_view``)."""
@@ -223,9 +266,8 @@ class Host:
 
         if frame.get("view") is not None:  # checked after every operation, as for an in-process strategy
             self.view = PrivateView(wire.view_from_wire(frame["view"]))
-            assert self.counter is not None
-            if isinstance(self.counter.tokenizer, HarnessTokenizer):
-                self.counter.tokenizer.learn_history(self.view.item.history)
+            assert self.tokenizer is not None
+            self.tokenizer.learn_history(self.view.item.history)
         if self.view is None:
             raise ValueError(f"{frame.get('op')} without a view")
         harness = self.harness
