@@ -79,7 +79,7 @@ def test_a_long_historys_counts_cross_only_for_the_blocks_a_strategy_reads(tmp_p
     history_messages = 20_000 // 60  # synthetic-memory's messages are a few dozen tokens each
     assert history_messages > 4 * HISTORY_BLOCK
     counted = set(RecordingTiktoken.counted)
-    assert 0 < len(counted) <= 2 * (HISTORY_BLOCK + 8), len(counted)  # one block per item, and the prompts
+    assert 0 < len(counted) <= 2 * (HISTORY_BLOCK + 8), len(counted)  # the newest block of each item, and the prompts
 
 
 @pytest.mark.parametrize("forged", [-1, 10**6])

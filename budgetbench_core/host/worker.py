@@ -51,7 +51,7 @@ class Harness:
         return reply["ok"]
 
 
-HISTORY_BLOCK = 32  # history messages counted per request
+HISTORY_BLOCK = 64  # the newest history messages counted in one request; each older block twice as long
 
 
 class HarnessTokenizer(Tokenizer):
@@ -72,7 +72,9 @@ class HarnessTokenizer(Tokenizer):
         """A new item: its history messages are counted a block at a time, when a strategy
         first needs one of the block. Not one round trip per message, and not the whole
         history either: a strategy that keeps the newest messages of a 115K-token history at a
-        2K budget would have the harness count all of it."""
+        2K budget would have the harness count all of it. Blocks double in length going back
+        (64, 128, 256... messages from the newest): a strategy reading all of a history makes a
+        few requests, and one reading the newest few has at most 64 counted."""
         self.history = [(m.role, m.content) for m in history]
         self.position = {key: index for index, key in enumerate(self.history)}
         self.known = {}
@@ -93,10 +95,13 @@ class HarnessTokenizer(Tokenizer):
         ]
 
     def _count_block_of(self, index: int) -> None:
-        """Count the block of history messages holding ``index`` (blocks end at the newest
-        message, where strategies start)."""
-        stop = len(self.history) - (len(self.history) - 1 - index) // HISTORY_BLOCK * HISTORY_BLOCK
-        start = max(0, stop - HISTORY_BLOCK)
+        """Count the block of history messages holding ``index``."""
+        back = len(self.history) - 1 - index  # messages newer than it
+        newer, length = 0, HISTORY_BLOCK  # the messages of the newer blocks; this block's length
+        while back >= newer + length:
+            newer, length = newer + length, 2 * length
+        stop = len(self.history) - newer
+        start = max(0, stop - length)
         counts = self.harness.ask({"req": "count_history", "start": start, "stop": stop})
         self.known.update((key, int(n)) for key, n in zip(self.history[start:stop], counts))
 
