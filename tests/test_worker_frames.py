@@ -9,6 +9,7 @@ import types
 import pytest
 
 from budgetbench_core import MemoryStrategy, Message, Regime, RunConfig, hookimpl, run
+from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.host import wire
 from budgetbench_core.host.worker import HISTORY_BLOCK
@@ -76,8 +77,8 @@ def test_a_long_historys_counts_cross_only_for_the_blocks_a_strategy_reads(tmp_p
     RecordingTiktoken.counted.clear()
     rows = frames_run(tmp_path, "truncation", history_tokens=20_000)
     assert [r["event"] for r in rows] == ["result", "result"]
-    history_messages = 20_000 // 60  # synthetic-memory's messages are a few dozen tokens each
-    assert history_messages > 4 * HISTORY_BLOCK
+    histories = [len(item.history) for item in SyntheticMemory(items=2, history_tokens=20_000).load(None, 0)]
+    assert min(histories) > 4 * HISTORY_BLOCK  # the run's items: far more messages than one block
     counted = set(RecordingTiktoken.counted)
     assert 0 < len(counted) <= 2 * (HISTORY_BLOCK + 8), len(counted)  # the newest block of each item, and the prompts
 
