@@ -43,14 +43,16 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .backends import GenerationParams
 from .messages import TOOL_CALLS, Item, Message
-from .model_calls import ModelCaller
 from .sandbox import canonical_prompt
 from .tasks import Task
 from .tokenizers import PromptCounter
+
+if TYPE_CHECKING:  # the channels are given one; a plugin worker importing this module needs no model client
+    from .model_calls import ModelCaller
 
 EXCHANGE = "exchange"
 PART = "exchange_part"

@@ -22,7 +22,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .host.pool import code_locations, inherited_environment
 from .plugin_loading import PluginError, PluginInfo
 
 FORMAT = 3  # bumped when the index gains a field: older cache files are then not read
@@ -90,6 +89,8 @@ def _environment(names: list[str], scratch: str) -> dict[str, str]:
     """A worker's inherited environment (``host.pool``: no credential), plus what the import
     system needs (``HOME`` for the user's site folder, ``PYTHONPATH``) and the scratch folder
     as the place for temporary files and caches (matplotlib's font cache, say)."""
+    from .host.pool import inherited_environment  # here: a worker's Registry never builds an index
+
     env = inherited_environment()
     env.update({k: os.environ[k] for k in ("HOME", "PYTHONPATH") if k in os.environ})
     env.update(TMPDIR=scratch, XDG_CACHE_HOME=scratch, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -101,6 +102,8 @@ def _policy(entry_points: list[metadata.EntryPoint], scratch: str) -> dict[str, 
     """What the index's child may reach once confined (``landlock.confine``, which adds the
     Python environment): each plugin's code and distribution metadata, the names in the folder
     that holds it (for importlib.metadata to find it), writes in ``scratch`` only, no TCP port."""
+    from .host.pool import code_locations
+
     read, folders = code_locations({"entry_points": [ep.name for ep in entry_points]}), []
     for ep in entry_points:
         where = getattr(ep.dist, "_path", None)  # the .dist-info folder (a PathDistribution's)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from budgetbench_core import CountCache, GenerationParams, Message, PromptCounter
 from budgetbench_core.builtin.tokenizers import (

@@ -9,8 +9,18 @@ from __future__ import annotations
 import json
 import types
 
-from budgetbench_core import EpisodicTask, Item, MemoryStrategy, Message, Regime, RunConfig, Step, final_rows, hookimpl
-from budgetbench_core import run as run_benchmark
+from budgetbench_core import (
+    EpisodicTask,
+    Item,
+    MemoryStrategy,
+    Message,
+    Regime,
+    RunConfig,
+    Step,
+    final_rows,
+    hookimpl,
+    run as run_benchmark,
+)
 from budgetbench_core.testing import FaultServer, registry_with
 
 TURNS = 3

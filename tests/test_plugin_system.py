@@ -22,11 +22,11 @@ from budgetbench_core import (
     RunConfig,
     Tokenizer,
     TokenizerInfo,
+    __all__ as PUBLIC,
     hookimpl,
     hookspecs,
     run,
 )
-from budgetbench_core import __all__ as PUBLIC
 from budgetbench_core.plugins import HOOKS, PluginError, PluginInfo, Registry, load_registry
 from budgetbench_core.testing import FaultServer, invoke_cli
 

@@ -32,9 +32,9 @@ from budgetbench_core import (
     RunConfig,
     Task,
     hookimpl,
+    plugins as plugin_module,
     run,
 )
-from budgetbench_core import plugins as plugin_module
 from budgetbench_core.cache import ResponseCache
 from budgetbench_core.integrity import KEY_DIR_ENV, IntegrityError, key_of, verify_run
 from budgetbench_core.merge import merge_runs

@@ -33,3 +33,40 @@ def test_the_harness_names_a_strategys_entry_point_and_its_worker_builds_no_inde
         assert len(built_indexes(scratch)) == 1
     finally:
         host.close()
+
+
+PROBE = """
+import sys
+
+from budgetbench_core import MemoryStrategy, Regime
+
+
+class Probe(MemoryStrategy):
+    name = "probe"
+    regime = Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        return [context.item.query]
+
+    def describe(self):
+        return {"modules": sorted(sys.modules)}
+"""
+
+# The harness's machinery: a worker that imports any of these pays for it at every start.
+HARNESS_ONLY = ("budgetbench_core.runner", "budgetbench_core.model_calls", "budgetbench_core.cache",
+                "budgetbench_core.host.pool", "budgetbench_core.report", "litellm", "scipy", "httpx")  # fmt: skip
+
+
+def test_a_worker_imports_its_plugin_and_the_contracts_it_uses_not_the_harness(tmp_path):
+    """``budgetbench_core`` imports a public name's module on first use: a worker starts without the
+    runner, the report, the reply cache or a model client (each start used to import them all)."""
+    (tmp_path / "probe_strategy.py").write_text(PROBE)
+    source = {"module": "probe_strategy", "qualname": "Probe", "file": str(tmp_path / "probe_strategy.py"),
+              "distribution": "tests", "version": "0"}  # fmt: skip
+    host = PluginHost(tokenizer_for("tiktoken:cl100k_base").info.to_dict(), tmp_path / "workers")
+    try:
+        modules = host.new_strategy("probe", {}, 0.0, source).describe()["modules"]
+    finally:
+        host.close()
+    assert "budgetbench_core.strategies" in modules and "probe_strategy" in modules
+    assert [m for m in modules if m.startswith(HARNESS_ONLY)] == []

@@ -91,8 +91,7 @@ class GGUFVocabulary:
     def load(cls, path: Path) -> GGUFVocabulary | None:
         try:
             from gguf import GGUFReader
-            from tokenizers import AddedToken, models, pre_tokenizers
-            from tokenizers import Tokenizer as HFTokenizer
+            from tokenizers import AddedToken, Tokenizer as HFTokenizer, models, pre_tokenizers
         except ImportError:
             return None
         fields = GGUFReader(str(path)).fields

@@ -14,8 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import special
-from scipy import stats as scipy_stats
+from scipy import special, stats as scipy_stats
 
 from . import stats
 

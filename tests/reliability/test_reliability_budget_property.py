@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from budgetbench_core import AuxiliaryBudgetError, Item, Message, PromptCounter, StrategyContext
 from budgetbench_core.builtin.strategies import Checkpoint, FullContext, Recency, SummaryBuffer, Truncation

@@ -32,12 +32,12 @@ from budgetbench_core import (
     RetrievedItem,
     RunConfig,
     Task,
+    conformance as kit_module,
+    events as event_records,
     hookimpl,
     run,
     sandbox,
 )
-from budgetbench_core import conformance as kit_module
-from budgetbench_core import events as event_records
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.cache import CacheError
 from budgetbench_core.engine import pipeline
