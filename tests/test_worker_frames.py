@@ -8,11 +8,11 @@ import types
 
 import pytest
 
-from budgetbench_core import MemoryStrategy, Message, Regime, RunConfig, hookimpl, run
+from budgetbench_core import Item, MemoryStrategy, Message, Regime, RunConfig, Task, hookimpl, run
 from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
 from budgetbench_core.host import wire
-from budgetbench_core.host.worker import HISTORY_BLOCK
+from budgetbench_core.host.worker import HISTORY_BLOCK_CHARS
 from budgetbench_core.runlog import final_rows
 from budgetbench_core.testing import FaultServer, registry_with
 
@@ -42,25 +42,40 @@ class ForgedReference(MemoryStrategy):
         return context.frame(list(history[-2:]))
 
 
+class LongMessages(Task):
+    """Two items of 100 history messages of 2,000 characters each (a long-session dataset's shape)."""
+
+    name, default_grader = "frames-long-messages", "exact-match"
+
+    def load(self, limit, seed):
+        for item in range(2):
+            history = tuple(
+                Message("user" if n % 2 == 0 else "assistant", f"item {item} turn {n}: " + "word " * 398)
+                for n in range(100)
+            )
+            yield Item(f"long-{item}", history, Message("user", "What was said?"), "nothing")
+
+
 PLUGIN = types.SimpleNamespace(
+    register_tasks=hookimpl(lambda register: register(LongMessages)),
     register_tokenizers=hookimpl(lambda register: register("recording", lambda arg, backend: RecordingTiktoken(arg))),
     register_strategies=hookimpl(lambda register: register(ForgedReference)),
 )
 
 
-def frames_run(tmp_path, strategy: str, params=None, history_tokens: int = 600):
+def frames_run(tmp_path, strategy: str, params=None, history_tokens: int = 600, task: str = "synthetic-memory"):
     out = tmp_path / "run"
     with FaultServer() as server:
         run(
             RunConfig(
-                task="synthetic-memory",
+                task=task,
                 strategies=[strategy],
                 budgets=[300],
                 out=out,
                 api_base=server.url,
                 model="openai/fault-model",
                 tokenizer="recording:cl100k_base",
-                task_options={"items": 2, "history_tokens": history_tokens},
+                task_options={"items": 2, "history_tokens": history_tokens} if task == "synthetic-memory" else {},
                 strategy_params={strategy: params or {}},
                 max_concurrency=1,
                 retries=0,
@@ -75,12 +90,26 @@ def test_a_long_historys_counts_cross_only_for_the_blocks_a_strategy_reads(tmp_p
     harness counted all of a long history to keep its newest few messages (LongMemEval_S: 115K
     tokens for a 2K prompt)."""
     RecordingTiktoken.counted.clear()
-    rows = frames_run(tmp_path, "truncation", history_tokens=20_000)
+    rows = frames_run(tmp_path, "truncation", history_tokens=40_000)
     assert [r["event"] for r in rows] == ["result", "result"]
-    histories = [len(item.history) for item in SyntheticMemory(items=2, history_tokens=20_000).load(None, 0)]
-    assert min(histories) > 4 * HISTORY_BLOCK  # the run's items: far more messages than one block
-    counted = set(RecordingTiktoken.counted)
-    assert 0 < len(counted) <= 2 * (HISTORY_BLOCK + 8), len(counted)  # the newest block of each item, and the prompts
+    items = list(SyntheticMemory(items=2, history_tokens=40_000).load(None, 0))
+    texts = {m.content for item in items for m in item.history}
+    longest = max(len(t) for t in texts)
+    assert min(sum(len(m.content) for m in item.history) for item in items) > 4 * HISTORY_BLOCK_CHARS
+    counted = [t for t in set(RecordingTiktoken.counted) if t in texts]
+    # the newest block of each item: at least HISTORY_BLOCK_CHARS, less than one message more
+    assert 0 < sum(len(t) for t in counted) < 2 * (HISTORY_BLOCK_CHARS + longest), len(counted)
+
+
+def test_what_is_counted_beyond_what_a_strategy_reads_is_bounded_in_text_not_in_messages(tmp_path):
+    """Blocks are cut by characters: with long messages, a block of 64 messages (the previous
+    code) was 128,000 characters counted to keep two messages at budget 300."""
+    RecordingTiktoken.counted.clear()
+    rows = frames_run(tmp_path, "truncation", task="frames-long-messages")
+    assert [r["event"] for r in rows] == ["result", "result"]
+    texts = {m.content for item in LongMessages().load(None, 0) for m in item.history}
+    counted = [t for t in set(RecordingTiktoken.counted) if t in texts]
+    assert 0 < sum(len(t) for t in counted) < 2 * (HISTORY_BLOCK_CHARS + 2_100), len(counted)
 
 
 @pytest.mark.parametrize("forged", [-1, 10**6])

@@ -51,7 +51,9 @@ class Harness:
         return reply["ok"]
 
 
-HISTORY_BLOCK = 64  # the newest history messages counted in one request; each older block twice as long
+HISTORY_BLOCK_CHARS = (
+    16_384  # the history text counted in one request (~4K tokens): at most this much is counted needlessly
+)
 
 
 class HarnessTokenizer(Tokenizer):
@@ -67,20 +69,29 @@ class HarnessTokenizer(Tokenizer):
         self.messages: Sequence[Message] = ()  # the view's own message objects (kept alive: ...
         self.history_at: dict[int, int] = {}  # ... their ids are the keys here), sent as references
         self.counted_at: dict[tuple[str, str, str], int] = {}  # what a count reads of each, the same
+        self.block_of: list[tuple[int, int]] = []  # per history message, its block (start, stop)
 
     def learn_history(self, history: Sequence[Message]) -> None:
         """A new item: its history messages are counted a block at a time, when a strategy
         first needs one of the block. Not one round trip per message, and not the whole
         history either: a strategy that keeps the newest messages of a 115K-token history at a
-        2K budget would have the harness count all of it. Blocks double in length going back
-        (64, 128, 256... messages from the newest): a strategy reading all of a history makes a
-        few requests, and one reading the newest few has at most 64 counted."""
+        2K budget would have the harness count all of it. Blocks are cut from the newest
+        message back, each of at least ``HISTORY_BLOCK_CHARS`` characters (the count's cost
+        follows the text, not the number of messages), so what is counted beyond what the
+        strategy reads is less than one block."""
         self.history = [(m.role, m.content) for m in history]
         self.position = {key: index for index, key in enumerate(self.history)}
         self.known = {}
         self.messages = history
         self.history_at = {id(m): index for index, m in enumerate(history)}
         self.counted_at = {fields: index for index, fields in enumerate(_stored_fields(history))}
+        self.block_of = [(0, 0)] * len(history)
+        stop, chars = len(history), 0
+        for index in range(len(history) - 1, -1, -1):
+            chars += len(self.history[index][1])
+            if chars >= HISTORY_BLOCK_CHARS or index == 0:
+                self.block_of[index:stop] = [(index, stop)] * (stop - index)
+                stop, chars = index, 0
 
     def to_wire(self, messages: Sequence[Message]) -> list[dict[str, Any]]:
         return wire.prompt_to_wire(messages, self.history_at)
@@ -96,12 +107,7 @@ class HarnessTokenizer(Tokenizer):
 
     def _count_block_of(self, index: int) -> None:
         """Count the block of history messages holding ``index``."""
-        back = len(self.history) - 1 - index  # messages newer than it
-        newer, length = 0, HISTORY_BLOCK  # the messages of the newer blocks; this block's length
-        while back >= newer + length:
-            newer, length = newer + length, 2 * length
-        stop = len(self.history) - newer
-        start = max(0, stop - length)
+        start, stop = self.block_of[index]
         counts = self.harness.ask({"req": "count_history", "start": start, "stop": stop})
         self.known.update((key, int(n)) for key, n in zip(self.history[start:stop], counts))
 

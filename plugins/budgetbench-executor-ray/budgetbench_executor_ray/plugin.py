@@ -20,6 +20,7 @@ is sent through Ray.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, ClassVar
@@ -162,7 +163,7 @@ class RayExecutor(Executor):
                     items[unit.item.id] = (ref, count + 1)
                     in_flight[run_unit.remote(spec, unit.strategy, ref, unit.todo, caller)] = unit
                 if not in_flight:
-                    return
+                    break
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
                 for done in ready:
                     unit = in_flight.pop(done)
@@ -192,9 +193,12 @@ class RayExecutor(Executor):
             job.stop.set()
             for ref in in_flight:
                 ray.cancel(ref, force=True)  # their rows are discarded: a resume runs them again
+            # the count, if the actor can still give it; if the actor is what failed, the error
+            # raised is the run's own, not the lost count's
+            with contextlib.suppress(ray.exceptions.RayError):
+                job.record_desk_calls(_ByActor(caller).calls_made())
             raise
-        finally:  # every call the actor made, a lost unit's included: the manifest's count
-            job.record_desk_calls(_ByActor(caller).calls_made())
+        job.record_desk_calls(_ByActor(caller).calls_made())  # every call the actor made, a lost unit's included
 
 
 @hookimpl
