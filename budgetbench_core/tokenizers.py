@@ -73,6 +73,11 @@ class Tokenizer(ABC):
         """Tokens of an already rendered prompt (special tokens parsed)."""
         return self.count_text(prompt)
 
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """``count_text`` of each text. By default one at a time; a tokenizer that answers
+        over a channel (a plugin worker's) counts them in one request."""
+        return [self.count_text(text) for text in texts]
+
     def count_in_message(self, role: str, content: str) -> int:
         """Tokens of ``content`` as it is tokenised inside a ``role`` message, for estimates.
 
@@ -321,6 +326,11 @@ class PromptCounter:
 
     def content_tokens(self, content: str) -> int:
         return self._contents.count(content, self.tokenizer.count_text)
+
+    def contents_tokens(self, contents: Sequence[str]) -> list[int]:
+        """``content_tokens`` of each text, the ones not yet counted in one go: in a worker,
+        one request to the harness instead of one per text."""
+        return self._contents.count_all(contents, self.tokenizer.count_texts)
 
     def _in_message(self, role: str, content: str) -> int:
         role = _exact_str(role, "a message's role")

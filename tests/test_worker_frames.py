@@ -11,9 +11,9 @@ import pytest
 from budgetbench_core import Item, MemoryStrategy, Message, Regime, RunConfig, Task, hookimpl, run
 from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
 from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
-from budgetbench_core.host import wire
+from budgetbench_core.host import remote, wire
 from budgetbench_core.host.worker import HISTORY_BLOCK_CHARS
-from budgetbench_core.runlog import final_rows
+from budgetbench_core.runlog import final_rows, iter_events
 from budgetbench_core.testing import FaultServer, registry_with
 
 
@@ -56,10 +56,24 @@ class LongMessages(Task):
             yield Item(f"long-{item}", history, Message("user", "What was said?"), "nothing")
 
 
+class CountsNewTexts(MemoryStrategy):
+    """Counts 40 new texts in one call and 40 others one at a time; keeps what it was told."""
+
+    name = "counts-new-texts"
+    regime = Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        batch = [f"batch line {i}: " + "word " * i for i in range(40)]
+        single = [f"single line {i}: " + "word " * i for i in range(40)]
+        context.audit["batch"] = context.counter.contents_tokens(batch)
+        context.audit["single"] = [context.counter.content_tokens(t) for t in single]
+        return context.frame([])
+
+
 PLUGIN = types.SimpleNamespace(
     register_tasks=hookimpl(lambda register: register(LongMessages)),
     register_tokenizers=hookimpl(lambda register: register("recording", lambda arg, backend: RecordingTiktoken(arg))),
-    register_strategies=hookimpl(lambda register: register(ForgedReference)),
+    register_strategies=hookimpl(lambda register: [register(ForgedReference), register(CountsNewTexts)]),
 )
 
 
@@ -110,6 +124,30 @@ def test_what_is_counted_beyond_what_a_strategy_reads_is_bounded_in_text_not_in_
     texts = {m.content for item in LongMessages().load(None, 0) for m in item.history}
     counted = [t for t in set(RecordingTiktoken.counted) if t in texts]
     assert 0 < sum(len(t) for t in counted) < 2 * (HISTORY_BLOCK_CHARS + 2_100), len(counted)
+
+
+def test_texts_counted_together_cross_in_one_request_and_count_as_the_harness_counts(tmp_path, monkeypatch):
+    """``counter.contents_tokens`` in a worker is one round trip for all its texts (checkpoint
+    counted each candidate line alone: 6 of its 7.7 round trips per cell); the counts are the
+    harness's tokenizer's, as ``content_tokens`` one at a time."""
+    asked = []
+    answer = remote.RemoteStrategy._answer
+    monkeypatch.setattr(
+        remote.RemoteStrategy, "_answer", staticmethod(lambda r, c: (asked.append(r["req"]), answer(r, c))[1])
+    )
+    frames_run(tmp_path, "counts-new-texts")
+    audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
+    assert len(audits) == 2
+    tokenizer = TiktokenTokenizer("cl100k_base")
+    for audit in audits:
+        assert audit["strategy_audit"]["batch"] == [
+            tokenizer.count_text(f"batch line {i}: " + "word " * i) for i in range(40)
+        ]
+        assert audit["strategy_audit"]["single"] == [
+            tokenizer.count_text(f"single line {i}: " + "word " * i) for i in range(40)
+        ]
+    # per item the worker is new or reset, but its counts of these texts are kept: the first item asks
+    assert asked.count("count_texts") == 1 and asked.count("count_text") == 40
 
 
 @pytest.mark.parametrize("forged", [-1, 10**6])

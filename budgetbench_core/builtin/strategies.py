@@ -240,9 +240,9 @@ class Checkpoint(MemoryStrategy):
         header = "Checkpoint of earlier user messages (first sentences):"
         lines: list[str] = []
         used = context.counter.message_tokens(Message("user", header))
-        for message in messages:
-            sentence = re.split(r"(?<=[.!?])\s", message.content.strip(), maxsplit=1)[0]
-            cost = context.counter.content_tokens("\n- " + sentence)
+        sentences = [re.split(r"(?<=[.!?])\s", m.content.strip(), maxsplit=1)[0] for m in messages]
+        costs = context.counter.contents_tokens(["\n- " + sentence for sentence in sentences])
+        for sentence, cost in zip(sentences, costs):
             if used + cost <= room:
                 lines.append(sentence)
                 used += cost

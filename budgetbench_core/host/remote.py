@@ -323,6 +323,11 @@ class RemoteStrategy(MemoryStrategy):
             return context.counter.tokenizer.count_in_message(str(request["role"]), str(request["content"]))
         if kind == "count_text":
             return tokenizer.count_text(str(request["text"]))
+        if kind == "count_texts":
+            texts = request.get("texts")
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise ValueError("count_texts needs a list of strings")
+            return [tokenizer.count_text(t) for t in texts]
         if kind == "count_rendered":
             return tokenizer.count_rendered(str(request["text"]))
         if kind in ("count", "render"):

@@ -117,6 +117,10 @@ class HarnessTokenizer(Tokenizer):
     def count_text(self, text: str) -> int:
         return int(self.harness.ask({"req": "count_text", "text": text}))
 
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        counts = self.harness.ask({"req": "count_texts", "texts": list(texts)})
+        return [int(n) for n in counts]
+
     def count(self, messages: Sequence[Message]) -> int:
         return int(self.harness.ask({"req": "count", "messages": self._counted_to_wire(messages)}))
 
