@@ -51,9 +51,8 @@ class Harness:
         return reply["ok"]
 
 
-HISTORY_BLOCK_CHARS = (
-    16_384  # the history text counted in one request (~4K tokens): at most this much is counted needlessly
-)
+# The history text counted in one request (about 4K tokens): at most this much is counted needlessly.
+HISTORY_BLOCK_CHARS = 16_384
 
 
 class HarnessTokenizer(Tokenizer):
