@@ -169,3 +169,14 @@ def test_a_reference_is_the_harnesss_own_message_and_nothing_else_crosses_as_tex
     assert received[1] is history[1] and received[0] == new
     with pytest.raises(wire.WireError, match="no history message"):
         wire.prompt_from_wire([{"history": True}], history)  # a bool is not a position
+
+
+def test_a_frame_carries_any_text_exactly():
+    """Frames are ASCII JSON: accents, CJK, emoji and a lone surrogate (text a dataset may hold)
+    arrive as they were sent."""
+    from multiprocessing import Pipe
+
+    ours, theirs = Pipe()
+    texts = ["café", "日本語のテキスト", "emoji 🧠 and \U0001f600", "lone \ud800 surrogate", 'quote " \\ \n\t']
+    wire.send(ours, {"texts": texts})
+    assert wire.receive(theirs) == {"texts": texts}

@@ -23,7 +23,11 @@ class WireError(RuntimeError):
 
 
 def send(conn: Connection, frame: dict[str, Any]) -> None:
-    conn.send_bytes(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    """``frame`` as ASCII JSON (other characters as ``\\u`` escapes): for the mostly English text
+    of the benchmarks' histories, encoding takes half the time and decoding 55% (a 550 KB
+    LongMemEval_S view: 3.0 -> 1.7 ms and 1.6 -> 0.9 ms); text mostly in other scripts doubles
+    in size and decodes slower."""
+    conn.send_bytes(json.dumps(frame, separators=(",", ":")).encode("ascii"))
 
 
 def receive(conn: Connection) -> dict[str, Any]:
