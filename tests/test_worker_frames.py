@@ -146,7 +146,7 @@ def test_texts_counted_together_cross_in_one_request_and_count_as_the_harness_co
         assert audit["strategy_audit"]["single"] == [
             tokenizer.count_text(f"single line {i}: " + "word " * i) for i in range(40)
         ]
-    # per item the worker is new or reset, but its counts of these texts are kept: the first item asks
+    # the second item is served by the first's worker, reset: its counter keeps these counts, so only the first asks
     assert asked.count("count_texts") == 1 and asked.count("count_text") == 40
 
 
