@@ -327,7 +327,7 @@ class RemoteStrategy(MemoryStrategy):
             texts = request.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise ValueError("count_texts needs a list of strings")
-            return [tokenizer.count_text(t) for t in texts]
+            return tokenizer.count_texts(texts)
         if kind == "count_rendered":
             return tokenizer.count_rendered(str(request["text"]))
         if kind in ("count", "render"):
