@@ -42,6 +42,35 @@ class ForgedReference(MemoryStrategy):
         return context.frame(list(history[-2:]))
 
 
+class ReferenceBomb(MemoryStrategy):
+    """Sends a few bytes that stand for gigabytes: 20,000 references to a 2,000-character history
+    message, as its prompt (``via="prompt"``) or in a count request (``via="count"``)."""
+
+    name = "reference-bomb"
+    regime = Regime.LOCAL_ONLY
+
+    def __init__(self, via: str = "prompt", **params):
+        super().__init__(via=via, **params)
+        self.via = via
+
+    def apply(self, history, budget, context):
+        bomb = [history[0]] * 20_000
+        if self.via == "count":
+            context.audit["tokens"] = context.counter.count(context.frame(bomb))
+        return context.frame(bomb)
+
+
+class FrameBomb(MemoryStrategy):
+    """Asks the harness to count one text of 24 MB: over any frame a small view's worker may send."""
+
+    name = "frame-bomb"
+    regime = Regime.LOCAL_ONLY
+
+    def apply(self, history, budget, context):
+        context.audit["tokens"] = context.counter.content_tokens("word " * (24 * 1024 * 1024 // 5))
+        return context.frame(list(history[-2:]))
+
+
 class LongMessages(Task):
     """Two items of 100 history messages of 2,000 characters each (a long-session dataset's shape)."""
 
@@ -73,7 +102,9 @@ class CountsNewTexts(MemoryStrategy):
 PLUGIN = types.SimpleNamespace(
     register_tasks=hookimpl(lambda register: register(LongMessages)),
     register_tokenizers=hookimpl(lambda register: register("recording", lambda arg, backend: RecordingTiktoken(arg))),
-    register_strategies=hookimpl(lambda register: [register(ForgedReference), register(CountsNewTexts)]),
+    register_strategies=hookimpl(
+        lambda register: [register(s) for s in (ForgedReference, CountsNewTexts, ReferenceBomb, FrameBomb)]
+    ),
 )
 
 
@@ -133,7 +164,7 @@ def test_texts_counted_together_cross_in_one_request_and_count_as_the_harness_co
     asked = []
     answer = remote.RemoteStrategy._answer
     monkeypatch.setattr(
-        remote.RemoteStrategy, "_answer", staticmethod(lambda r, c: (asked.append(r["req"]), answer(r, c))[1])
+        remote.RemoteStrategy, "_answer", lambda self, r, c: (asked.append(r["req"]), answer(self, r, c))[1]
     )
     frames_run(tmp_path, "counts-new-texts")
     audits = [e for e in iter_events(tmp_path / "run") if e["event"] == "prompt_audit"]
@@ -165,10 +196,12 @@ def test_a_reference_is_the_harnesss_own_message_and_nothing_else_crosses_as_tex
     new = Message("user", "a checkpoint")
     sent = wire.prompt_to_wire([new, history[1]], {id(m): i for i, m in enumerate(history)})
     assert sent == [new.to_dict(), {"history": 1}]
-    received = wire.prompt_from_wire(sent, history)
+    received = wire.prompt_from_wire(sent, history, 100)
     assert received[1] is history[1] and received[0] == new
     with pytest.raises(wire.WireError, match="no history message"):
-        wire.prompt_from_wire([{"history": True}], history)  # a bool is not a position
+        wire.prompt_from_wire([{"history": True}], history, 100)  # a bool is not a position
+    with pytest.raises(wire.WireError, match="more than 17 characters"):
+        wire.prompt_from_wire([{"history": 0}] * 4, history, 17)  # 4 x "first": 20 characters
 
 
 def test_a_frame_carries_any_text_exactly():
@@ -180,3 +213,39 @@ def test_a_frame_carries_any_text_exactly():
     texts = ["café", "日本語のテキスト", "emoji 🧠 and \U0001f600", "lone \ud800 surrogate", 'quote " \\ \n\t']
     wire.send(ours, {"texts": texts})
     assert wire.receive(theirs) == {"texts": texts}
+
+
+@pytest.mark.parametrize("via", ["prompt", "count"])
+def test_references_standing_for_more_text_than_the_view_holds_are_refused_uncounted(tmp_path, via):
+    """A 300 KB frame of references to one 2,000-character message stands for 40M characters.
+    Old code rendered and tokenised all of it in the harness (a violation row, seconds of CPU
+    per cell; a 14 MB frame would have been gigabytes); now it is refused before anything counts
+    it, an error row naming the strategy, and the run goes on."""
+    RecordingTiktoken.counted.clear()
+    rows = frames_run(tmp_path, "reference-bomb", {"via": via}, task="frames-long-messages")
+    assert [r["event"] for r in rows] == ["error", "error"], rows
+    for row in rows:
+        assert "reference-bomb" in row["cause"] and "characters" in row["cause"], row["cause"]
+    assert sum(len(t) for t in RecordingTiktoken.counted) < 1_000_000
+
+
+def test_a_frame_far_larger_than_what_a_worker_was_sent_ends_it_unread(tmp_path):
+    """Old code read and counted a 24 MB text a worker sent for a 40 KB view (frames were bounded
+    at 256 MB, which decode into gigabytes); now the frame is refused unread, the worker is ended
+    and its cell is an error row naming the strategy; the next item gets a new worker."""
+    RecordingTiktoken.counted.clear()
+    rows = frames_run(tmp_path, "frame-bomb")
+    assert [r["event"] for r in rows] == ["error", "error"], rows
+    for row in rows:
+        assert "frame-bomb" in row["cause"] and "over the limit" in row["cause"], row["cause"]
+    assert max(map(len, RecordingTiktoken.counted), default=0) < 1_000_000
+
+
+def test_a_receiver_refuses_a_frame_over_its_limit_and_reads_no_more():
+    from multiprocessing import Pipe
+
+    ours, theirs = Pipe()
+    sent = wire.send(ours, {"text": "x" * 2_000})
+    assert sent > 2_000 and wire.reply_limit(sent) == wire.REPLY_FRAME_FLOOR
+    with pytest.raises(wire.FrameTooLarge, match="over the limit of 1,000 bytes"):
+        wire.receive(theirs, 1_000)

@@ -60,13 +60,14 @@ class WorkerProcess:
         self.conn = Connection(os.dup(ours.fileno()))
         ours.close()
         self.pid: int | None = None  # the worker's, once its guard has named it
+        self.largest_sent = 0  # bytes: what the worker sends back is bounded by it (``wire.reply_limit``)
         self._pidfd: int | None = None  # the worker's, to signal it (never a reused pid) and see it end
 
     def exchange(self, frame: dict[str, Any]) -> dict[str, Any]:
         if self.pid is None:
             self._learn_pid()
         try:
-            wire.send(self.conn, frame)
+            self.largest_sent = max(self.largest_sent, wire.send(self.conn, frame))
         except OSError:
             return self.receive()  # gone: says so with its exit code
         return self.receive()
@@ -85,7 +86,13 @@ class WorkerProcess:
 
     def receive(self) -> dict[str, Any]:
         try:
-            return wire.receive(self.conn)
+            return wire.receive(self.conn, wire.reply_limit(self.largest_sent))
+        except wire.FrameTooLarge as exc:
+            self.kill()
+            raise WorkerGone(
+                f"the plugin's worker sent {exc}, the largest it was sent times "
+                f"{wire.REPLY_FRAME_FACTOR}: the worker was ended"
+            ) from None
         except (EOFError, OSError):
             try:
                 code: int | None = self.process.wait(timeout=2)  # the guard exits as the worker did
@@ -153,6 +160,7 @@ class RemoteStrategy(MemoryStrategy):
         self.proxy, self.proxy_token = proxy, proxy_token  # its outside proxy credentials, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
+        self._text_limit: tuple[Any, int] = (None, 0)  # (view, the text a prompt made from it may stand for)
         # the worker's CPU time, read from here (its pid is known once it has been created)
         self._cpu_clock = process_cpu_clock(worker.pid) if worker.pid is not None else None
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
@@ -214,7 +222,7 @@ class RemoteStrategy(MemoryStrategy):
         if not isinstance(prompt, list) or not all(isinstance(m, dict) for m in prompt):
             raise PromptError(f"apply must return list[Message], got {type(prompt).__name__}")
         try:
-            return wire.prompt_from_wire(prompt, context.item.history)
+            return wire.prompt_from_wire(prompt, context.item.history, self._max_text(context.item))
         except (KeyError, TypeError, wire.WireError) as exc:
             raise PromptError(f"apply returned a malformed message: {describe_exception(exc)}") from None
 
@@ -309,8 +317,13 @@ class RemoteStrategy(MemoryStrategy):
                     answer = {"error": {"kind": "refused", "message": describe_exception(exc)}}
                 reply = self.worker.exchange(answer)
 
-    @staticmethod
-    def _answer(request: dict[str, Any], context: StrategyContext) -> Any:
+    def _max_text(self, view: Any) -> int:
+        """``wire.prompt_text_limit`` of ``view``, worked out once per view."""
+        if self._text_limit[0] is not view:
+            self._text_limit = (view, wire.prompt_text_limit(view))
+        return self._text_limit[1]
+
+    def _answer(self, request: dict[str, Any], context: StrategyContext) -> Any:
         kind = request.get("req")
         tokenizer = context.counter.tokenizer
         if kind == "count_history":  # a span of the view's history: what the strategy was sent
@@ -331,7 +344,7 @@ class RemoteStrategy(MemoryStrategy):
         if kind == "count_rendered":
             return tokenizer.count_rendered(str(request["text"]))
         if kind in ("count", "render"):
-            messages = wire.prompt_from_wire(request["messages"], context.item.history)
+            messages = wire.prompt_from_wire(request["messages"], context.item.history, self._max_text(context.item))
             return context.counter.count(messages) if kind == "count" else tokenizer.render(messages)
         if kind == "complete":
             messages = [wire.message_from_wire(m) for m in request["messages"]]

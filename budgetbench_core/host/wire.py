@@ -13,26 +13,54 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..memory_systems import IngestFailure, IngestReport, RetrievedItem
-from ..messages import Item, Message
+from ..messages import TOOL_CALLS, Item, Message
 
 MAX_FRAME = 256 * 1024 * 1024  # a 1M-token history is ~4 MB of JSON; anything far larger is hostile
+
+# What a worker may send back is bounded by what it was sent: its requests and its prompt are
+# made from its view (and the replies of its calls), so a frame far larger than the largest it
+# received is hostile, and decoding one costs the harness's memory (a 256 MB frame of empty
+# objects decodes into gigabytes). The floor leaves room for a small view's strategy.
+REPLY_FRAME_FACTOR, REPLY_FRAME_FLOOR = 8, 16 * 1024 * 1024
+# A history reference is a few bytes that stand for a whole message, so the text a prompt or a
+# count request stands for is bounded apart from its frame: at most this many times its view's
+# text and a floor (summaries and other text a strategy made), or the harness would render and
+# tokenise gigabytes for a 14 MB frame of references to one long message.
+PROMPT_TEXT_FACTOR, PROMPT_TEXT_FLOOR = 8, 1_000_000
 
 
 class WireError(RuntimeError):
     """A frame that is not a bounded JSON object."""
 
 
-def send(conn: Connection, frame: dict[str, Any]) -> None:
-    """``frame`` as ASCII JSON (other characters as ``\\u`` escapes): for the mostly English text
-    of the benchmarks' histories, encoding takes half the time and decoding 55% (a 550 KB
-    LongMemEval_S view: 3.0 -> 1.7 ms and 1.6 -> 0.9 ms); text mostly in other scripts doubles
-    in size and decodes slower."""
-    conn.send_bytes(json.dumps(frame, separators=(",", ":")).encode("ascii"))
+class FrameTooLarge(WireError):
+    """A frame over the receiver's limit: the connection reads nothing more."""
 
 
-def receive(conn: Connection) -> dict[str, Any]:
-    """The next frame; ``EOFError`` when the other side is gone."""
-    data = conn.recv_bytes(MAX_FRAME)
+def send(conn: Connection, frame: dict[str, Any]) -> int:
+    """``frame`` as ASCII JSON (other characters as ``\\u`` escapes); returns its size in bytes.
+    For the mostly English text of the benchmarks' histories, ASCII encoding takes half the time
+    and decoding 55% (a 550 KB LongMemEval_S view: 3.0 -> 1.7 ms and 1.6 -> 0.9 ms); text mostly
+    in other scripts doubles in size and decodes slower."""
+    data = json.dumps(frame, separators=(",", ":")).encode("ascii")
+    conn.send_bytes(data)
+    return len(data)
+
+
+def reply_limit(largest_sent: int) -> int:
+    """The largest frame a worker may send after receiving frames of at most ``largest_sent`` bytes."""
+    return max(REPLY_FRAME_FLOOR, REPLY_FRAME_FACTOR * largest_sent)
+
+
+def receive(conn: Connection, limit: int = MAX_FRAME) -> dict[str, Any]:
+    """The next frame; ``EOFError`` when the other side is gone, ``FrameTooLarge`` for a frame
+    over ``limit`` bytes (refused before it is read)."""
+    try:
+        data = conn.recv_bytes(limit)
+    except OSError:
+        if not conn.readable:  # recv_bytes stops reading a connection that announced too long a frame
+            raise FrameTooLarge(f"a frame over the limit of {limit:,} bytes") from None
+        raise
     try:
         frame = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -59,21 +87,42 @@ def prompt_to_wire(messages: Sequence[Message], history_at: Mapping[int, int]) -
     return [{"history": history_at[id(m)]} if id(m) in history_at else message_to_wire(m) for m in messages]
 
 
-def prompt_from_wire(data: Any, history: Sequence[Message]) -> list[Message]:
+def prompt_from_wire(data: Any, history: Sequence[Message], max_text: int) -> list[Message]:
     """A prompt as a worker sent it (``prompt_to_wire``); a history reference is the item's own
-    message, so a worker can name only messages it was given."""
+    message, so a worker can name only messages it was given. Refused past ``max_text``
+    characters (``prompt_text_limit``), before anything renders or counts it."""
     if not isinstance(data, list):
         raise WireError(f"a prompt must be a list, got {type(data).__name__}")
     prompt = []
+    text = 0
     for entry in data:
         if isinstance(entry, dict) and len(entry) == 1 and "history" in entry:
             index = entry["history"]
             if type(index) is not int or not 0 <= index < len(history):
                 raise WireError(f"no history message {index!r} (the item has {len(history)})")
-            prompt.append(history[index])
+            message = history[index]
         else:
-            prompt.append(message_from_wire(entry))
+            message = message_from_wire(entry)
+        text += message_text(message)
+        if text > max_text:
+            raise WireError(
+                f"a prompt of more than {max_text:,} characters, more than its view can make "
+                f"({PROMPT_TEXT_FACTOR} times the view's text and {PROMPT_TEXT_FLOOR:,}): refused uncounted"
+            )
+        prompt.append(message)
     return prompt
+
+
+def message_text(message: Message) -> int:
+    """Characters of a message that a rendered prompt holds: its content and tool-call text."""
+    calls = message.metadata.get(TOOL_CALLS) if message.role == "assistant" else None
+    return len(message.content) + (len(calls) if isinstance(calls, str) else 0)
+
+
+def prompt_text_limit(view: Item) -> int:
+    """The most text (characters) a prompt or count request made from ``view`` may stand for."""
+    messages = [*view.history, view.query, *([view.system] if view.system is not None else [])]
+    return PROMPT_TEXT_FACTOR * sum(message_text(m) for m in messages) + PROMPT_TEXT_FLOOR
 
 
 def ingest_report_from_wire(data: Any) -> IngestReport:
