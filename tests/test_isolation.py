@@ -287,6 +287,41 @@ class SocketProber(Truncation):
         return super().apply(history, budget, context)
 
 
+class DeviceProber(Truncation):
+    """Run as root, tries what Landlock's paths do not cover: a device node for a disk in its
+    scratch folder, the kernel log, another worker's shared memory, its folder's owner; and what
+    a plugin's libraries need: multiprocessing's locks (tqdm's), shared memory of its own, the
+    harmless devices. Reports its capabilities."""
+
+    name = "hostile-device-prober"
+
+    def apply(self, history, budget, context):
+        import multiprocessing
+        from multiprocessing import shared_memory
+
+        def own_shared_memory():
+            block = shared_memory.SharedMemory(create=True, size=64)
+            block.close()
+            block.unlink()
+
+        node = context.scratch_dir / "disk"
+        context.audit["refused"] = {
+            "mknod_in_scratch": attempt(lambda: os.mknod(node, 0o600 | 0o020000, os.makedev(1, 3))),
+            "read_kernel_log": attempt(lambda: open("/dev/kmsg", "rb").close()),
+            "list_shared_memory": attempt(lambda: os.listdir("/dev/shm")),
+            "chown_scratch": attempt(lambda: os.chown(context.scratch_dir, 12345, 12345)),
+        }
+        context.audit["works"] = {
+            "multiprocessing_lock": attempt(lambda: multiprocessing.get_context("spawn").Lock()),
+            "own_shared_memory": attempt(own_shared_memory),
+            "urandom": attempt(lambda: open("/dev/urandom", "rb").read(8)),
+            "dev_null": attempt(lambda: open("/dev/null", "w").write("x")),
+        }
+        status = Path("/proc/self/status").read_text()
+        context.audit["capabilities"] = next(line.split()[1] for line in status.splitlines() if line[:7] == "CapEff:")
+        return super().apply(history, budget, context)
+
+
 class OwnSdk(Truncation):
     """A vendor layer with its own OpenAI client (configured from the environment, as SDKs are),
     which also leaves a thread behind that calls again after ``apply`` returned."""
@@ -351,6 +386,7 @@ PLUGIN = types.SimpleNamespace(
                 Daemonizer,
                 OomProbe,
                 SocketProber,
+                DeviceProber,
                 OwnSdk,
                 Declares,
             )
@@ -461,6 +497,25 @@ def test_a_worker_is_confined_before_its_plugin_runs_and_nothing_it_plants_widen
         assert set(audit["tries"].values()) == {"PermissionError"}, audit["tries"]
     assert not (out / "cells" / "forged.jsonl").exists()
     assert len(hits) == summary.model_calls  # the harness's calls, none of the strategy's
+    assert verify_run(out).ok
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="needs Landlock ABI 4 (Linux 6.7+) for file and TCP rules")
+def test_a_worker_holds_no_capability_and_reaches_no_device_but_the_harmless_ones(tmp_path):
+    """Old code, run as root (containers, CI): the worker kept every capability and all of /dev,
+    so it made a device node in its scratch folder (a disk's would read the data's raw blocks),
+    read the kernel log, listed other workers' shared memory and changed its folder's owner."""
+    out, summary, rows, audits, hits = hostile_run(tmp_path, "hostile-device-prober")
+    audited = [audit for (name, _), audit in audits.items() if name == "hostile-device-prober"]
+    assert len(audited) == TASK_OPTIONS["items"]
+    for audit in audited:
+        refused = {
+            k: v for k, v in audit["refused"].items() if not (k == "read_kernel_log" and v == "FileNotFoundError")
+        }
+        assert set(refused.values()) == {"PermissionError"}, audit["refused"]
+        assert set(audit["works"].values()) == {"reached"}, audit["works"]
+        assert int(audit["capabilities"], 16) == 0
+    assert [row["event"] for row in by_strategy(rows, "hostile-device-prober").values()] == ["result"] * 4
     assert verify_run(out).ok
 
 

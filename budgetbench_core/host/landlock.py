@@ -6,11 +6,14 @@ directory. Before its plugin is imported, a worker restricts itself for good: re
 the Python environment, the modules it has loaded and the paths the harness allows (the
 plugin's code and its parameters' paths; once created, what the plugin declares, a second
 layer that only narrows: whatever the plugin did to ``sys.modules`` cannot widen it);
-read-write on its scratch folder (and /dev for /dev/null and /dev/shm); nothing else on
-disk; TCP connections only to the ports the harness allows (its metering gateway and outside
+read-write on its scratch folder, where it may make no device node; read-write on the
+harmless devices (/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom) and on the files
+it makes in /dev/shm (POSIX semaphores: multiprocessing's locks, which tqdm takes), whose
+folder it cannot list, so another worker's are out of reach unless named; no other device (a
+root worker reading /dev/kmsg, or a disk's raw blocks); nothing else on disk; TCP connections only to the ports the harness allows (its metering gateway and outside
 proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6); and,
 by a seccomp filter (``seccomp``), no socket but TCP's (no UDP, Unix path, netlink, raw
-socket or io_uring). The child that builds the plugin index (``host.index``) is confined the
+socket or io_uring); and, as root, without any capability (``capabilities``). The child that builds the plugin index (``host.index``) is confined the
 same way before it imports the installed plugins: their code, no write but a temporary
 folder, no TCP.
 
@@ -28,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import seccomp
+from . import capabilities, seccomp
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same numbers on x86_64 and aarch64
 _VERSION_FLAG = 1
@@ -40,7 +43,10 @@ _FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
 _REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _CONNECT_TCP, _BIND_TCP = 1 << 1, 1 << 0
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6 (Linux 6.12)
+_MAKE_CHAR, _MAKE_BLOCK = 1 << 6, 1 << 11
 _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_SHARED_MEMORY = "/dev/shm"
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -101,9 +107,9 @@ def confine(policy: dict[str, Any]) -> dict[str, Any]:
     """Restrict this process for good: ``policy`` has ``read`` (paths), ``write`` (paths),
     ``ports`` (TCP ports it may connect to) and ``list`` (folders whose entries' names, not
     contents, may be read: where importlib.metadata finds a distribution). Returns what was
-    applied: Landlock's rules, and the socket filter (``seccomp``), installed even where
-    Landlock is missing (once: a second call keeps the filter installed by the first)."""
-    return {**_landlock(policy), "sockets": seccomp.install()}
+    applied: Landlock's rules, the socket filter (``seccomp``) and the capabilities dropped, both
+    even where Landlock is missing (the filter once: a second call keeps the first's)."""
+    return {**_landlock(policy), "sockets": seccomp.install(), "capabilities": capabilities.drop_all()}
 
 
 def _landlock(policy: dict[str, Any]) -> dict[str, Any]:
@@ -130,8 +136,12 @@ def _landlock(policy: dict[str, Any]) -> dict[str, Any]:
             allowed[os.path.realpath(path)] = allowed.get(os.path.realpath(path), 0) | read
         for path in policy.get("list", []):
             allowed[os.path.realpath(path)] = allowed.get(os.path.realpath(path), 0) | _READ_DIR
-        for path in [*policy.get("write", []), "/dev"]:
-            allowed[os.path.realpath(path)] = fs
+        no_devices = fs & ~(_MAKE_CHAR | _MAKE_BLOCK)
+        for path in policy.get("write", []):
+            allowed[os.path.realpath(path)] = no_devices
+        for path in _DEVICES:
+            allowed[path] = fs & (_READ_FILE | _WRITE_FILE)
+        allowed[_SHARED_MEMORY] = no_devices & ~_READ_DIR
         for path, rights in sorted(allowed.items()):
             _allow_path(libc, ruleset, path, rights)
         if net:
