@@ -16,6 +16,7 @@ channel), and the engine (``engine/``: what runs a cell).
 from __future__ import annotations
 
 import contextlib
+import hmac
 import itertools
 import random
 import shutil
@@ -282,6 +283,7 @@ class Run:
                 log.open("resume")
             done = self._done = finished_cells(self.run_dir, key, previous, run_identity, config.prompts_only)
             cache = ResponseCache(self.run_dir / CACHE_FILE, log.key)
+            view_key = hmac.new(log.key, b"opaque item ids of strategies' views", "sha256").digest()
             model_callers = callers(
                 plugins, cache, config.max_concurrency, config.retries, config.timeout_s, fail_fast=self.fail_fast
             )
@@ -313,7 +315,7 @@ class Run:
             services = CellServices.assemble(
                 config,
                 plugins,
-                CellSettings.of(config, plugins, key, tokenizer_info),
+                CellSettings.of(config, plugins, key, tokenizer_info, view_key),
                 counter,
                 model_callers,
                 pool,
@@ -334,6 +336,7 @@ class Run:
                     task=plugins.task,
                     tokenizer_info=tokenizer_info,
                     versions=plugins.versions(),
+                    view_key=view_key,
                     backend_address=address_of(plugins.backend),
                     judge_address=address_of(plugins.judge_backend) if plugins.judge_backend else {},
                 )

@@ -18,6 +18,7 @@ Three tools, used by the runner for every plugin call and by the conformance kit
 from __future__ import annotations
 
 import _thread
+import hmac
 import math
 import os
 import threading
@@ -535,6 +536,15 @@ GRADING_KEYS = frozenset({EVIDENCE_KEY, EVIDENCE_ID_KEY})
 """Message metadata no strategy ever sees, whatever the task: the evidence marks."""
 
 
+def opaque_id(key: bytes, item_id: str) -> str:
+    """The id a strategy's view carries instead of the item's: a dataset's ids can carry its
+    labels (LongMemEval's ``_abs`` suffix marks its abstention questions, ``gpt4_`` mostly its
+    temporal-reasoning ones). Keyed with the run's secret, so the same within a run and its
+    resumptions (a memory system's saved retrieval, a strategy's per-item state) and not
+    computable from the public ids outside it."""
+    return "item-" + hmac.new(key, item_id.encode("utf-8", "surrogatepass"), "sha256").hexdigest()[:16]
+
+
 class PrivateView:
     """The item as one strategy sees it, and what it was when made: ``intact()`` says whether
     the strategy changed any of it (a message, its role, content or metadata, nested metadata,
@@ -551,7 +561,7 @@ class PrivateView:
     have put there; nested metadata (rare) is compared as the text of its JSON-safe copy.
     """
 
-    def __init__(self, item: Item, hidden: frozenset[str] = frozenset()) -> None:
+    def __init__(self, item: Item, hidden: frozenset[str] = frozenset(), view_id: str | None = None) -> None:
         head = (item.system,) if item.system is not None else ()
         given = (*head, *tuple.__iter__(item.history), item.query)  # an episode's turn holds the task's objects
         # metadata dicts of its own; nested values are copies (json_safe), so nothing mutable is shared
@@ -566,6 +576,7 @@ class PrivateView:
         system = messages[0] if head else None
         self.item = replace(
             item,
+            id=item.id if view_id is None else view_id,
             history=tuple(messages[len(head) : -1]),
             query=messages[-1],
             system=system,

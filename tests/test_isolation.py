@@ -46,6 +46,14 @@ def answers() -> dict[str, str]:
     return {item.query.content: str(item.answer) for item in SyntheticMemory(**TASK_OPTIONS).load(None, 0)}
 
 
+def is_first_item(view: Item) -> bool:
+    """Whether a view is of the run's first item, known by its question (a view's id is opaque)."""
+    from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+
+    first = next(iter(SyntheticMemory(**TASK_OPTIONS).load(None, 0)))
+    return view.query.content == first.query.content
+
+
 def gold_reply(messages) -> str:
     """A 'model' that answers correctly only when the prompt carries the answer itself."""
     known = answers()
@@ -186,7 +194,7 @@ class Exiter(Truncation):
     name = "hostile-exiter"
 
     def apply(self, history, budget, context):
-        if context.item.id.endswith("single-session"):
+        if is_first_item(context.item):
             os._exit(3)
         return super().apply(history, budget, context)
 
@@ -201,7 +209,7 @@ class Hanger(Truncation):
         self.port = port
 
     def apply(self, history, budget, context):
-        if context.item.id.endswith("single-session"):
+        if is_first_item(context.item):
 
             def late_call():
                 time.sleep(1.5)

@@ -35,7 +35,7 @@ class Loser(MemoryStrategy):
     regime = Regime.LOCAL_ONLY
 
     def apply(self, history, budget, context):
-        if zlib.crc32(str(context.item.id).encode()) % 2:
+        if zlib.crc32(context.item.query.content.encode()) % 2:  # its view's id is opaque: known by its question
             raise RuntimeError("injected: this item would score 0")
         return list(history)
 

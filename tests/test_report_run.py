@@ -42,6 +42,17 @@ pytestmark = pytest.mark.slow
 
 BUILTINS = "builtin-strategies,builtin-synthetic-memory,builtin-graders,builtin-local,builtin-tokenizers,builtin-litellm,builtin-executors"
 LOSSY_ITEM = "synth-00001-knowledge-update"
+
+
+def lossy_first_message() -> str:
+    """LOSSY_ITEM's first message: how a memory system knows the item at ingest (a view's id is
+    opaque, and ingest is not given the question)."""
+    from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+
+    items = SyntheticMemory(items=3, history_tokens=600).load(None, 0)
+    return next(item.history[0].content for item in items if item.id == LOSSY_ITEM)
+
+
 BUDGET = 160  # fits the system prompt, the query and a few messages; not the 600-token history
 PROBE_QUESTION = "<script>alert('owned')</script> What is my dog called?"
 
@@ -58,7 +69,7 @@ class LossyMemory(MemorySystem):
     def ingest(self, sessions, context):
         failures = (
             [IngestFailure(sessions[0].id, "injected: vector store refused the write")]
-            if context.item.id == LOSSY_ITEM
+            if sessions[0].messages[0].content == lossy_first_message()
             else []
         )
         self.sessions = list(sessions)

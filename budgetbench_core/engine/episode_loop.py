@@ -17,7 +17,6 @@ from ..messages import TOOL_CALL_ID, TOOL_CALLS, Item, Message
 from ..sandbox import (
     Deadline,
     PluginFailure,
-    PrivateView,
     PromptError,
     canonical_prompt,
     contained,
@@ -126,7 +125,7 @@ def run_episode(services: CellServices, strategy_name: str, item: Item, budget: 
                 return
             turn_item = replace(item, history=tuple(history[:-1]), query=history[-1], system=episode.system)
             try:
-                view = PrivateView(turn_item, services.hidden_metadata)  # stored fields only; no grading key
+                view = services.view(turn_item)  # stored fields only; no grading key, an opaque id
             except PromptError as exc:
                 cell.fail(
                     "episode",

@@ -159,6 +159,7 @@ class RemoteSpec(WorkerSpec):
     task: Any
     tokenizer_info: dict[str, Any]
     versions: dict[str, str]
+    view_key: bytes = field(default=b"", repr=False)  # the driver's: views carry the same opaque ids
     backend_address: dict[str, Any] = field(default_factory=dict)
     judge_address: dict[str, Any] = field(default_factory=dict)
 
@@ -346,7 +347,7 @@ class RemoteWorker(UnitWorker):
         self.services = CellServices.assemble(
             config,
             plugins,
-            CellSettings.of(config, plugins, spec.run_key, tokenizer_info),
+            CellSettings.of(config, plugins, spec.run_key, tokenizer_info, spec.view_key),
             counter,
             self.callers,
             StrategyPool(config, plugins, host),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -20,7 +20,7 @@ from ..messages import Item, Message
 from ..model_calls import ModelCaller
 from ..run_config import RunConfig
 from ..runlog import EventLog
-from ..sandbox import PluginRef, canonical_prompt
+from ..sandbox import PluginRef, PrivateView, canonical_prompt, opaque_id
 from ..strategies import MemoryStrategy
 from ..tasks import Task
 from ..tokenizers import PromptCounter
@@ -45,10 +45,14 @@ class CellSettings:
     judge_model: str | None
     user_context: int  # the largest prompt a simulated user's call may have: the largest tier
     judge_context: int  # the same for the judge
+    view_key: bytes = field(default=b"", repr=False)  # the secret of the views' opaque item ids (``view``)
 
     @classmethod
-    def of(cls, config: RunConfig, plugins: RunPlugins, run_key: str, tokenizer: dict[str, Any]) -> CellSettings:
+    def of(
+        cls, config: RunConfig, plugins: RunPlugins, run_key: str, tokenizer: dict[str, Any], view_key: bytes
+    ) -> CellSettings:
         return cls(
+            view_key=view_key,
             task=config.task,
             run_key=run_key,
             tokenizer=tokenizer,
@@ -126,6 +130,10 @@ class CellServices(PromptServices):
     judge_caller: ModelCaller
     stop: threading.Event
     on_turn: Callable[[dict[str, Any]], None] | None = None  # each finished episode turn, for the display
+
+    def view(self, item: Item) -> PrivateView:
+        """``item`` as a strategy sees it: no grading key, and an opaque id (``opaque_id``)."""
+        return PrivateView(item, self.hidden_metadata, opaque_id(self.settings.view_key, item.id))
 
     def grading(self, cell: CellLog | None = None) -> GradingContext:
         """The grader's context; its judge calls are charged to ``cell`` (phase ``judge``)."""

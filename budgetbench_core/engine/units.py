@@ -17,7 +17,7 @@ from ..events import Error
 from ..executors import Unit
 from ..host.remote import RemoteStrategy
 from ..messages import Item
-from ..sandbox import Deadline, PluginFailure, PluginRef, PrivateView, contained, describe_exception
+from ..sandbox import Deadline, PluginFailure, PluginRef, contained, describe_exception
 from ..strategies import MemoryStrategy, resets_nothing
 from .episode_loop import run_episode
 from .pipeline import prepare_cell, send_cell
@@ -28,7 +28,7 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
     """Reset the strategy, then run the unit's cells in order; ``progress(strategy, 1)`` per cell."""
     if not unit.todo:
         return
-    item, view = unit.item, PrivateView(unit.item, services.hidden_metadata)
+    item, view = unit.item, services.view(unit.item)
     prepared = []
     try:
         if reset_for_item(services, unit.strategy, item, unit.todo) is None:

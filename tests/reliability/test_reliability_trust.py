@@ -151,6 +151,15 @@ class CompletesAfterTimeout(MemoryStrategy):
         return context.frame([])
 
 
+def _kitchen_questions() -> list[str]:
+    from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+
+    return [item.query.content for item in SyntheticMemory(items=14, history_tokens=400).load(None, 0)]
+
+
+KITCHEN_QUESTIONS = _kitchen_questions()  # a view's id is opaque: an item is known by its question
+
+
 class Kitchen(MemoryStrategy):
     """Every hostile behaviour at once, chosen per cell from the item and budget."""
 
@@ -160,7 +169,7 @@ class Kitchen(MemoryStrategy):
         self.calls = 0
 
     def apply(self, history, budget, context):
-        behaviour = int(context.item.id.split("-")[1]) % 7
+        behaviour = KITCHEN_QUESTIONS.index(context.item.query.content) % 7  # the item's position
         if behaviour == 0:
             raise SystemExit(3)
         if behaviour == 1:
@@ -178,7 +187,8 @@ class Kitchen(MemoryStrategy):
 
 
 class EchoIds(MemorySystem):
-    """A memory system that stores each item's id and returns it: shows which item's memories a prompt got."""
+    """A memory system that stores each item's first message and returns it: shows which item's
+    memories a prompt got (its view's id is opaque)."""
 
     name = "trust-echo-ids"
 
@@ -186,7 +196,7 @@ class EchoIds(MemorySystem):
         self.stored = []
 
     def ingest(self, sessions, context):
-        self.stored = [f"memory of item {context.item.id}"]
+        self.stored = [f"memory of {sessions[0].messages[0].content}"]
         return IngestReport(len(sessions), len(sessions))
 
     def retrieve(self, query, context):
@@ -221,7 +231,7 @@ class CollidingIds(Task):
         for item_id in ("user/42", "user_42", "User_42"):
             yield Item(
                 item_id,
-                (Message("user", "hello", {"session_id": "s1"}),),
+                (Message("user", f"hello from {item_id}", {"session_id": "s1"}),),
                 Message("user", "Who am I?"),
                 item_id,
                 Message("system", "Answer briefly."),
@@ -894,7 +904,7 @@ def test_colliding_ids_get_their_own_retrievals_and_pages(tmp_path, registry):
     assert len(audits) == 3
     for audit in audits:
         memories = audit["messages"][1]["content"]
-        assert f"memory of item {audit['item_id']}\n" in memories + "\n"
+        assert f"memory of hello from {audit['item_id']}\n" in memories + "\n"
     assert len(list((tmp_path / "run" / "retrievals").rglob("*.json"))) == 3
     from budgetbench_core.report.html import item_page_name
 

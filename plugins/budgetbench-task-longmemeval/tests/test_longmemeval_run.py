@@ -38,8 +38,9 @@ BUDGET = 512  # small: prompt processing on a shared 2-core machine is slow
 
 
 class WordMemory(MemorySystem):
-    """Stores each message; retrieves by shared words. Refuses ``fail_session`` of question
-    ``fail_item`` like a layer whose write failed (session ids are per question: s1, s2, ...)."""
+    """Stores each message; retrieves by shared words. Refuses ``fail_session`` of the question
+    whose first message is ``fail_item`` like a layer whose write failed (session ids are per
+    question: s1, s2, ...)."""
 
     name = ARM
     regime = Regime.RESET_PER_ITEM
@@ -56,7 +57,7 @@ class WordMemory(MemorySystem):
     def ingest(self, sessions, context):
         failures = []
         for session in sessions:
-            if context.item.id == self.fail_item and session.id == self.fail_session:
+            if sessions[0].messages[0].content == self.fail_item and session.id == self.fail_session:
                 failures.append(IngestFailure(session.id, "write rejected by the store (test fault)", attempts=3))
                 continue
             self.stored += [(session.id, m.content) for m in session.messages]
@@ -80,6 +81,7 @@ class WordMemoryPlugin:
 def finished_run(tmp_path_factory):
     items = list(LongMemEval(path=str(ORACLE)).load(2, 0))
     lost_question, kept_question = items[0].id, items[1].id
+    lost_text = items[0].history[0].content  # how the arm knows the item at ingest: its view's id is opaque
     fail_session = items[0].sessions()[0].id
     registry = registry_with(WordMemoryPlugin(), distribution="lme-test-memory")
     out = tmp_path_factory.mktemp("lme-run")
@@ -89,7 +91,7 @@ def finished_run(tmp_path_factory):
         out=out,
         budgets=[BUDGET],
         task_options={"path": str(ORACLE)},
-        strategy_params={ARM: {"fail_item": lost_question, "fail_session": fail_session}},
+        strategy_params={ARM: {"fail_item": lost_text, "fail_session": fail_session}},
         limit=2,
         max_concurrency=1,
         timeout_s=600,
