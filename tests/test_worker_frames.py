@@ -196,12 +196,15 @@ def test_a_reference_is_the_harnesss_own_message_and_nothing_else_crosses_as_tex
     new = Message("user", "a checkpoint")
     sent = wire.prompt_to_wire([new, history[1]], {id(m): i for i, m in enumerate(history)})
     assert sent == [new.to_dict(), {"history": 1}]
-    received = wire.prompt_from_wire(sent, history, 100)
+    text = wire.ViewText(Item("i", history, Message("user", "q"), None))
+    assert text.history == [5, 6] and text.limit == wire.PROMPT_TEXT_FACTOR * 12 + wire.PROMPT_TEXT_FLOOR
+    received = wire.prompt_from_wire(sent, history, text)
     assert received[1] is history[1] and received[0] == new
     with pytest.raises(wire.WireError, match="no history message"):
-        wire.prompt_from_wire([{"history": True}], history, 100)  # a bool is not a position
+        wire.prompt_from_wire([{"history": True}], history, text)  # a bool is not a position
+    text.limit = 17
     with pytest.raises(wire.WireError, match="more than 17 characters"):
-        wire.prompt_from_wire([{"history": 0}] * 4, history, 17)  # 4 x "first": 20 characters
+        wire.prompt_from_wire([{"history": 0}] * 4, history, text)  # 4 x "first": 20 characters
 
 
 def test_a_frame_carries_any_text_exactly():

@@ -160,7 +160,7 @@ class RemoteStrategy(MemoryStrategy):
         self.proxy, self.proxy_token = proxy, proxy_token  # its outside proxy credentials, live only during apply
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
-        self._text_limit: tuple[Any, int] = (None, 0)  # (view, the text a prompt made from it may stand for)
+        self._view_text: tuple[Any, Any] = (None, None)  # (view, its wire.ViewText): what its prompts may stand for
         # the worker's CPU time, read from here (its pid is known once it has been created)
         self._cpu_clock = process_cpu_clock(worker.pid) if worker.pid is not None else None
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
@@ -222,7 +222,7 @@ class RemoteStrategy(MemoryStrategy):
         if not isinstance(prompt, list) or not all(isinstance(m, dict) for m in prompt):
             raise PromptError(f"apply must return list[Message], got {type(prompt).__name__}")
         try:
-            return wire.prompt_from_wire(prompt, context.item.history, self._max_text(context.item))
+            return wire.prompt_from_wire(prompt, context.item.history, self._text_of(context.item))
         except (KeyError, TypeError, wire.WireError) as exc:
             raise PromptError(f"apply returned a malformed message: {describe_exception(exc)}") from None
 
@@ -317,11 +317,11 @@ class RemoteStrategy(MemoryStrategy):
                     answer = {"error": {"kind": "refused", "message": describe_exception(exc)}}
                 reply = self.worker.exchange(answer)
 
-    def _max_text(self, view: Any) -> int:
-        """``wire.prompt_text_limit`` of ``view``, worked out once per view."""
-        if self._text_limit[0] is not view:
-            self._text_limit = (view, wire.prompt_text_limit(view))
-        return self._text_limit[1]
+    def _text_of(self, view: Any) -> wire.ViewText:
+        """``view``'s text (``wire.ViewText``), worked out once per view."""
+        if self._view_text[0] is not view:
+            self._view_text = (view, wire.ViewText(view))
+        return self._view_text[1]
 
     def _answer(self, request: dict[str, Any], context: StrategyContext) -> Any:
         kind = request.get("req")
@@ -344,7 +344,7 @@ class RemoteStrategy(MemoryStrategy):
         if kind == "count_rendered":
             return tokenizer.count_rendered(str(request["text"]))
         if kind in ("count", "render"):
-            messages = wire.prompt_from_wire(request["messages"], context.item.history, self._max_text(context.item))
+            messages = wire.prompt_from_wire(request["messages"], context.item.history, self._text_of(context.item))
             return context.counter.count(messages) if kind == "count" else tokenizer.render(messages)
         if kind == "complete":
             messages = [wire.message_from_wire(m) for m in request["messages"]]

@@ -87,26 +87,27 @@ def prompt_to_wire(messages: Sequence[Message], history_at: Mapping[int, int]) -
     return [{"history": history_at[id(m)]} if id(m) in history_at else message_to_wire(m) for m in messages]
 
 
-def prompt_from_wire(data: Any, history: Sequence[Message], max_text: int) -> list[Message]:
+def prompt_from_wire(data: Any, history: Sequence[Message], text: ViewText) -> list[Message]:
     """A prompt as a worker sent it (``prompt_to_wire``); a history reference is the item's own
-    message, so a worker can name only messages it was given. Refused past ``max_text``
-    characters (``prompt_text_limit``), before anything renders or counts it."""
+    message, so a worker can name only messages it was given. Refused past ``text.limit``
+    characters, before anything renders or counts it."""
     if not isinstance(data, list):
         raise WireError(f"a prompt must be a list, got {type(data).__name__}")
     prompt = []
-    text = 0
+    total = 0
     for entry in data:
         if isinstance(entry, dict) and len(entry) == 1 and "history" in entry:
             index = entry["history"]
             if type(index) is not int or not 0 <= index < len(history):
                 raise WireError(f"no history message {index!r} (the item has {len(history)})")
             message = history[index]
+            total += text.history[index]
         else:
             message = message_from_wire(entry)
-        text += message_text(message)
-        if text > max_text:
+            total += message_text(message)
+        if total > text.limit:
             raise WireError(
-                f"a prompt of more than {max_text:,} characters, more than its view can make "
+                f"a prompt of more than {text.limit:,} characters, more than its view can make "
                 f"({PROMPT_TEXT_FACTOR} times the view's text and {PROMPT_TEXT_FLOOR:,}): refused uncounted"
             )
         prompt.append(message)
@@ -119,10 +120,14 @@ def message_text(message: Message) -> int:
     return len(message.content) + (len(calls) if isinstance(calls, str) else 0)
 
 
-def prompt_text_limit(view: Item) -> int:
-    """The most text (characters) a prompt or count request made from ``view`` may stand for."""
-    messages = [*view.history, view.query, *([view.system] if view.system is not None else [])]
-    return PROMPT_TEXT_FACTOR * sum(message_text(m) for m in messages) + PROMPT_TEXT_FLOOR
+class ViewText:
+    """A view's text in characters: each history message's (what a reference stands for), and
+    ``limit``, the most a prompt or count request made from the view may stand for."""
+
+    def __init__(self, view: Item) -> None:
+        self.history = [message_text(m) for m in view.history]
+        others = [view.query, *([view.system] if view.system is not None else [])]
+        self.limit = PROMPT_TEXT_FACTOR * (sum(self.history) + sum(map(message_text, others))) + PROMPT_TEXT_FLOOR
 
 
 def ingest_report_from_wire(data: Any) -> IngestReport:
