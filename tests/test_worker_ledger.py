@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 import time
 import types
 from collections import defaultdict
@@ -21,6 +24,7 @@ from collections import defaultdict
 import pytest
 
 from budgetbench_core import MemorySystem, Message, Regime, RunConfig, hookimpl, run
+from budgetbench_core.builtin.strategies import Truncation
 from budgetbench_core.host.metering import cpu_by_phase
 from budgetbench_core.memory_systems import IngestReport, RetrievedItem
 from budgetbench_core.report import write_report
@@ -93,12 +97,49 @@ class LyingMemory(MemorySystem):
         return [RetrievedItem(self.sessions[-1].messages[-1].content, score=1.0)]
 
 
+CHILD_CPU = 0.3  # seconds a child process of the worker spins
+SPIN = f"import time\nend = time.process_time() + {CHILD_CPU}\nwhile time.process_time() < end: pass"
+
+
+class ChildWork(Truncation):
+    """Does its work in another process, where the worker's own clock does not see it: a
+    subprocess it waits for (``run``), one it leaves unreaped (``unreaped``), or a detached
+    grandchild in a session of its own, adopted by the guard when its parent exits (``orphan``)."""
+
+    name = "cpu-child-work"
+
+    def __init__(self, how: str = "run") -> None:
+        super().__init__(how=how)
+        self.how = how
+
+    def apply(self, history, budget, context):
+        if self.how == "run":
+            subprocess.run([sys.executable, "-c", SPIN], check=True)
+        elif self.how == "unreaped":
+            self.child = subprocess.Popen([sys.executable, "-c", SPIN])
+            os.waitid(os.P_PID, self.child.pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped (a zombie)
+        else:
+            marker = context.scratch_dir / f"done-{time.monotonic_ns()}"
+            first = os.fork()
+            if first == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    exec(SPIN)
+                    marker.touch()
+                os._exit(0)
+            os.waitpid(first, 0)
+            while not marker.exists():
+                time.sleep(0.05)
+            time.sleep(0.2)  # the guard reaps it at its next SIGCHLD
+        return super().apply(history, budget, context)
+
+
 PLUGIN = types.SimpleNamespace(
-    register_strategies=hookimpl(lambda register: [register(cls) for cls in (NotesMemory, LyingMemory)])
+    register_strategies=hookimpl(lambda register: [register(cls) for cls in (NotesMemory, LyingMemory, ChildWork)])
 )
 
 
-def ledger_run(server, out, strategies: list[str], budgets: list[int], items: int) -> None:
+def ledger_run(server, out, strategies: list[str], budgets: list[int], items: int, params=None) -> None:
     """One run of this file's plugins against ``server``, on synthetic-memory's 600-token histories."""
     run(
         RunConfig(
@@ -113,6 +154,7 @@ def ledger_run(server, out, strategies: list[str], budgets: list[int], items: in
             max_concurrency=1,
             retries=0,
             timeout_s=30.0,
+            strategy_params=params or {},
         ),
         registry=registry_with(PLUGIN, distribution="cpu-notes"),
     )
@@ -177,6 +219,19 @@ def test_a_worker_that_misreports_its_cpu_is_charged_what_the_harness_measured(t
     for row in rows:
         spent = sum(phase.get("cpu_s") or 0 for phase in row["metered"].values())
         assert spent >= INGEST_CPU + RETRIEVE_CPU, row["metered"]
+
+
+@pytest.mark.parametrize("how", ["run", "unreaped", "orphan"])
+def test_cpu_a_plugin_spends_in_child_processes_is_charged_to_its_cells(tmp_path, how):
+    """Old code read the worker's own clock only: work done in a subprocess, a multiprocessing
+    pool or a detached daemon cost nothing in the ledger."""
+    out = tmp_path / "run"
+    with FaultServer() as server:
+        ledger_run(server, out, ["cpu-child-work"], [SMALL], 2, {"cpu-child-work": {"how": how}})
+    rows = list(final_rows(out).values())
+    assert [r["event"] for r in rows] == ["result", "result"], rows
+    for row in rows:
+        assert row["metered"]["aux"]["cpu_s"] >= CHILD_CPU * 0.9, row["metered"]
 
 
 def recomputed(out) -> dict[tuple[str, int], dict[str, float]]:

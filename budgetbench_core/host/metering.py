@@ -12,13 +12,9 @@ recorded in ``late_calls.jsonl`` against the cell the worker last served.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import secrets
-import sys
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from ..backends import Completion, GenerationParams
@@ -111,25 +107,6 @@ def _totals(cell: CellLog, phase: str) -> dict[str, Any]:
     return cell.metered.setdefault(
         phase, {"calls": 0, "input_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "cpu_s": 0.0}
     )
-
-
-def process_cpu_clock(pid: int) -> Callable[[], float | None] | None:
-    """A reader of process ``pid``'s CPU seconds (every thread of it, ns resolution), from outside
-    it: a worker's cost is the harness's measurement, not the worker's word. None where the
-    platform has no such clock (not Linux); the reader returns None once the process is gone."""
-    if not sys.platform.startswith("linux"):
-        return None
-    clock = ctypes.c_int()
-    if ctypes.CDLL(None).clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
-        return None
-
-    def read() -> float | None:
-        try:
-            return time.clock_gettime(clock.value)
-        except OSError:
-            return None
-
-    return read
 
 
 def reported_cpu(reported: Any) -> dict[str, float]:

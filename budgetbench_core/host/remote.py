@@ -30,7 +30,8 @@ from ..messages import Message, Session
 from ..sandbox import PhaseError, PluginRaised, PromptError, describe_exception
 from ..strategies import MemoryStrategy, Regime, StrategyContext
 from . import wire
-from .metering import Metering, charge_cpu, cpu_by_phase, process_cpu_clock, reported_cpu
+from .cpu_clock import worker_cpu_clock
+from .metering import Metering, charge_cpu, cpu_by_phase, reported_cpu
 from .proxy import OutsideProxy
 
 
@@ -161,8 +162,8 @@ class RemoteStrategy(MemoryStrategy):
         self.cell: CellLog | None = None  # set by the engine before apply: whom the gateway's calls are charged to
         self._sent_view: Any = None  # the view the worker holds (the engine's object for this item)
         self._view_text: tuple[Any, Any] = (None, None)  # (view, its wire.ViewText): what its prompts may stand for
-        # the worker's CPU time, read from here (its pid is known once it has been created)
-        self._cpu_clock = process_cpu_clock(worker.pid) if worker.pid is not None else None
+        # the worker's CPU time and its child processes', read from here (its pid is known once it has been created)
+        self._cpu_clock = worker_cpu_clock(worker.process.pid, worker.pid) if worker.pid is not None else None
         self._cpu_mark = self._cpu_clock() if self._cpu_clock is not None else None
         self._reported_cpu: dict[str, float] = {}  # the worker's own split of this apply's CPU, by phase
         self._lock = threading.Lock()
