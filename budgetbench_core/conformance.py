@@ -56,7 +56,7 @@ from .memory_systems import IngestReport, MemorySystem, MemorySystemStrategy
 from .messages import Item, Message, Session
 from .model_calls import ModelCaller
 from .runlog import EventLog, iter_events
-from .sandbox import HISTORY_MUTATED, Deadline, PluginRef, PrivateView
+from .sandbox import HISTORY_MUTATED, Deadline, PluginRef, PrivateView, opaque_id
 from .strategies import MemoryStrategy, Regime
 from .tokenizers import PromptCounter
 
@@ -332,6 +332,7 @@ class ConformanceKit:
             judge_model=None,
             user_context=max(self.budgets),
             judge_context=max(self.budgets),
+            view_key=os.urandom(32),
         )
         scratch = run_dir / "scratch"
         scratch.mkdir()
@@ -368,9 +369,8 @@ class ConformanceKit:
                 for item in items:
                     if reset_for_item(services, name, item, [(budget, 0) for budget in self.budgets]) is None:
                         continue
-                    view = PrivateView(
-                        item
-                    )  # what the runner gives a strategy: no grading key, checked after each call
+                    # what the runner gives a strategy: no grading key, an opaque id, checked after each call
+                    view = PrivateView(item, view_id=opaque_id(services.settings.view_key, item.id))
                     for budget in self.budgets:
                         cell = services.cell(name, item, budget, 0)
                         deadline = Deadline(KIT_TIMEOUT_S)
