@@ -4,7 +4,10 @@ The same prompts-only run (synthetic-memory, truncation and checkpoint at four t
 with tiktoken) is made with ``--isolation process`` and ``--isolation none``; the difference in
 wall time, divided by the cells, is the isolation overhead per cell (worker start-up, once per
 thread and strategy, included), and the difference in the harness process's CPU time, divided
-by the cells, what isolation costs the harness itself.
+by the cells, what isolation costs the harness itself. Figures that do not move with the
+machine's speed come from one more, instrumented run per mode: characters the harness's
+tokenizer tokenised (after its caches) and, under isolation, the requests each strategy's
+worker made per cell (round trips).
 
     .venv/bin/python benchmarks/bench_isolation.py [--items 200] [--repeats 3]
 """
@@ -15,6 +18,7 @@ import argparse
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from _common import machine, median, write_result
@@ -41,6 +45,34 @@ def one_run(items: int, isolation: str, workers: int) -> tuple[float, float, int
         cpu, began = time.process_time(), time.perf_counter()
         summary = run(config)
         return time.perf_counter() - began, time.process_time() - cpu, summary.cells_total
+
+
+def counted_run(items: int, isolation: str, workers: int) -> dict[str, float]:
+    """One run, instrumented: characters tokenised per cell and requests per cell and strategy."""
+    from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
+    from budgetbench_core.host.remote import RemoteStrategy
+
+    tokenised, requests = [0], Counter()
+    encoded, answer = TiktokenTokenizer._encoded_length, RemoteStrategy._answer
+
+    def counting_encoded(self, text):
+        tokenised[0] += len(text)
+        return encoded(self, text)
+
+    def counting_answer(self, request, context):
+        requests[self.name] += 1
+        return answer(self, request, context)
+
+    TiktokenTokenizer._encoded_length, RemoteStrategy._answer = counting_encoded, counting_answer
+    try:
+        _, _, cells = one_run(items, isolation, workers)
+    finally:
+        TiktokenTokenizer._encoded_length, RemoteStrategy._answer = encoded, answer
+    per_strategy = cells / len(STRATEGIES)
+    return {
+        "chars_tokenised_per_cell": round(tokenised[0] / cells),
+        **{f"round_trips_per_cell_{name}": round(requests[name] / per_strategy, 2) for name in STRATEGIES},
+    }
 
 
 def worker_starts(starts: int = 5) -> dict[str, float]:
@@ -83,6 +115,9 @@ def main() -> None:
             "harness_cpu_s": round(median([c for _, c, _ in runs]), 3),
         }
         print(f"{isolation:>8}: {figures[isolation]}")
+    for isolation in ("none", "process"):
+        figures[isolation].update(counted_run(args.items, isolation, args.workers))
+        print(f"{isolation:>8}, counted: {figures[isolation]}")
     starts = worker_starts()
     print(f"one worker start (median of 5): {starts}")
     cells = figures["none"]["cells"]

@@ -6,7 +6,10 @@ at once. The time between two finished cells, minus the server's own time for th
 request, is what the harness spends per call: strategy, counting, validation, event
 logging, grading and the HTTP client. Rows give the split (strategy_s, latency_s).
 
-    .venv/bin/python benchmarks/bench_overhead.py [--items 8] [--repeats 3]
+Strategies run in their worker processes (``--isolation process``, the default); with
+``--isolation none`` in the harness's, for comparison (results in ``overhead-in-process.json``).
+
+    .venv/bin/python benchmarks/bench_overhead.py [--items 8] [--repeats 3] [--isolation none]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from budgetbench_core.runlog import iter_events
 BUDGETS = [2048, 4096, 8192, 16384, 32768]
 
 
-def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
+def one_run(server: FakeOpenAI, registry, out: Path, items: int, isolation: str = "process") -> dict:
     finished: list[float] = []
     cpu: list[float] = []
     server.reset()
@@ -48,6 +51,7 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
         tokenizer="tiktoken:cl100k_base",
         limit=items,
         max_concurrency=1,
+        isolation=isolation,
     )
     summary = run(
         config,
@@ -75,6 +79,26 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int) -> dict:
         "rest_ms": (per_cell - strategy - client) * 1e3,
         "prompt_tokens_mean": sum(r["prompt_tokens"] for r in rows) / len(rows),
     }
+
+
+def chars_tokenised(server: FakeOpenAI, registry, out: Path, items: int, isolation: str) -> float:
+    """Characters the harness's tokenizer tokenised per cell (after its caches) in one run: the
+    counting work, a figure that does not move with the machine's speed."""
+    from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
+
+    tokenised = [0]
+    encoded = TiktokenTokenizer._encoded_length
+
+    def counting(self, text):
+        tokenised[0] += len(text)
+        return encoded(self, text)
+
+    TiktokenTokenizer._encoded_length = counting
+    try:
+        cells = one_run(server, registry, out, items, isolation)["cells"]
+    finally:
+        TiktokenTokenizer._encoded_length = encoded
+    return tokenised[0] / cells
 
 
 def short_histories(server: FakeOpenAI, registry, out: Path, cells: int) -> dict:
@@ -137,15 +161,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--isolation", choices=["process", "none"], default="process")
     args = parser.parse_args()
     require_data()
     registry = benchmark_registry()
     start = machine()
     runs = []
     with FakeOpenAI() as server, tempfile.TemporaryDirectory() as tmp:
-        one_run(server, registry, Path(tmp) / "warmup", 1)  # imports litellm, loads tiktoken
+        one_run(server, registry, Path(tmp) / "warmup", 1, args.isolation)  # imports litellm, loads tiktoken
         for repeat in range(args.repeats):
-            result = one_run(server, registry, Path(tmp) / f"run{repeat}", args.items)
+            result = one_run(server, registry, Path(tmp) / f"run{repeat}", args.items, args.isolation)
             runs.append(result)
             print(
                 f"run {repeat}: {result['cells']} cells, {result['per_cell_ms']:.1f} ms per cell, server "
@@ -154,6 +179,11 @@ def main() -> None:
                 f"(strategy {result['strategy_ms']:.1f}, http client {result['http_client_ms']:.1f}, "
                 f"counting+logging+grading {result['rest_ms']:.1f})"
             )
+        tokenised = {
+            mode: round(chars_tokenised(server, registry, Path(tmp) / f"chars-{mode}", args.items, mode))
+            for mode in ("process", "none")
+        }
+        print("characters tokenised per cell (isolation process / none):", tokenised)
         short = [short_histories(server, registry, Path(tmp) / f"short{r}", 300) for r in range(args.repeats)]
         print("short histories:", short)
         transport = transport_costs(server)
@@ -162,18 +192,20 @@ def main() -> None:
     summary = {key: round(median(r[key] for r in runs), 2) for key in keys}
     print("median:", summary, "target: overhead_ms < 5")
     write_result(
-        "overhead",
+        "overhead" if args.isolation == "process" else "overhead-in-process",
         {
             "machine": start,
             "load_average_end": [round(x, 2) for x in os.getloadavg()],  # the machine is shared: busy at the end too?
             "budgets": BUDGETS,
             "items": args.items,
+            "isolation": args.isolation,
             "strategy": "truncation",
             "tokenizer": "tiktoken:cl100k_base",
             "median": summary,
             "target_ms": 5,
             "met": summary["overhead_ms"] < 5,
             "transport": transport,
+            "chars_tokenised_per_cell": tokenised,
             "runs": runs,
             "short_histories": {
                 "harness_cpu_ms": round(median(r["harness_cpu_ms"] for r in short), 2),
