@@ -182,9 +182,9 @@ class Terminal(CellEvent):
     metered: dict[str, dict[str, Any]] = doc(
         "calls a plugin made with its own SDK through the metering gateway, per phase (`write`, `read`, `aux`): "
         "`{calls, input_tokens, completion_tokens, latency_s}`; `completion_tokens` null when any reply gave none; "
-        "`cpu_s` per phase: CPU seconds of the plugin's worker process and the processes it started; `outside`: per declared outside host "
-        "`{calls, bytes_sent, bytes_received}` through the harness proxy; `undeclared`: connections refused to "
-        "hosts the plugin did not declare (`network_hosts()`)",
+        "`cpu_s` per phase: CPU seconds of the plugin's worker process and the processes it started; "
+        "`outside`: per declared outside host `{calls, bytes_sent, bytes_received}` through the harness proxy; "
+        "`undeclared`: connections refused to hosts the plugin did not declare (`network_hosts()`)",
         factory=dict,
     )
     evidence: dict[str, Any] | None = doc(EVIDENCE_DOC, None)

@@ -135,7 +135,8 @@ def strategy_context(
     seed: int = 0,
 ) -> StrategyContext:
     """A StrategyContext as the runner builds one: ``item`` becomes the strategy's view (no
-    answer, category, item metadata or evidence marks); ``complete`` defaults to refusing calls."""
+    answer, category, item metadata or evidence marks; it keeps the item's id, where a run gives
+    an opaque one); ``complete`` defaults to refusing calls."""
     return StrategyContext(
         item=PrivateView(item).item,
         budget=budget,

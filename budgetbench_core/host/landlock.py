@@ -7,15 +7,16 @@ the Python environment, the modules it has loaded and the paths the harness allo
 plugin's code and its parameters' paths; once created, what the plugin declares, a second
 layer that only narrows: whatever the plugin did to ``sys.modules`` cannot widen it);
 read-write on its scratch folder, where it may make no device node; read-write on the
-harmless devices (/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom) and on the files
-it makes in /dev/shm (POSIX semaphores: multiprocessing's locks, which tqdm takes), whose
-folder it cannot list, so another worker's are out of reach unless named; no other device (a
-root worker reading /dev/kmsg, or a disk's raw blocks); nothing else on disk; TCP connections only to the ports the harness allows (its metering gateway and outside
-proxy); no signal to, and no abstract Unix socket of, any process outside it (ABI 6); and,
-by a seccomp filter (``seccomp``), no socket but TCP's (no UDP, Unix path, netlink, raw
-socket or io_uring); and, as root, without any capability (``capabilities``). The child that builds the plugin index (``host.index``) is confined the
-same way before it imports the installed plugins: their code, no write but a temporary
-folder, no TCP.
+harmless devices (/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom) and on the
+files it makes in /dev/shm (POSIX semaphores: multiprocessing's locks, which tqdm takes),
+whose folder it cannot list, so another worker's are out of reach unless named; no other
+device (a root worker reading /dev/kmsg, or a disk's raw blocks); nothing else on disk; TCP
+connections only to the ports the harness allows (its metering gateway and outside proxy);
+no signal to, and no abstract Unix socket of, any process outside it (ABI 6); by a seccomp
+filter (``seccomp``), no socket but TCP's (no UDP, Unix path, netlink, raw socket or
+io_uring); and, as root, no capability (``capabilities``). The child that builds the plugin
+index (``host.index``) is confined the same way before it imports the installed plugins:
+their code, no write but a temporary folder, no TCP.
 
 PyPI's ``landlock`` bindings were considered; the four system calls and three structures
 below are all this needs, so no dependency. ``confine`` returns what it applied, recorded in
