@@ -542,6 +542,8 @@ def opaque_id(key: bytes, item_id: str) -> str:
     temporal-reasoning ones). Keyed with the run's secret, so the same within a run and its
     resumptions (a memory system's saved retrieval, a strategy's per-item state) and not
     computable from the public ids outside it."""
+    if not key:
+        raise ValueError("an opaque item id needs the run's secret key")  # a keyless HMAC anyone can recompute
     return "item-" + hmac.new(key, item_id.encode("utf-8", "surrogatepass"), "sha256").hexdigest()[:16]
 
 

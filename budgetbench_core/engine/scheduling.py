@@ -159,7 +159,7 @@ class RemoteSpec(WorkerSpec):
     task: Any
     tokenizer_info: dict[str, Any]
     versions: dict[str, str]
-    view_key: bytes = field(default=b"", repr=False)  # the driver's: views carry the same opaque ids
+    view_key: bytes = field(repr=False)  # the driver's: views carry the same opaque ids
     backend_address: dict[str, Any] = field(default_factory=dict)
     judge_address: dict[str, Any] = field(default_factory=dict)
 

@@ -45,7 +45,7 @@ class CellSettings:
     judge_model: str | None
     user_context: int  # the largest prompt a simulated user's call may have: the largest tier
     judge_context: int  # the same for the judge
-    view_key: bytes = field(default=b"", repr=False)  # the secret of the views' opaque item ids (``view``)
+    view_key: bytes = field(repr=False)  # the secret of the views' opaque item ids (``view``); no default: never b""
 
     @classmethod
     def of(

@@ -128,8 +128,9 @@ class RayExecutor(Executor):
                 ray.init(address=address, **common)
             else:
                 cpus = self.settings.get("cpus")
-                # a cluster of this machine only: every connection on loopback
-                ray.init(num_cpus=cpus, _node_ip_address="127.0.0.1", **common)
+                # a cluster of this machine only, new for the run (not the newest one already running
+                # here, which "no address" would join): every connection on loopback
+                ray.init(address="local", num_cpus=cpus, _node_ip_address="127.0.0.1", **common)
         try:
             self._execute(ray, job)
         finally:

@@ -215,6 +215,35 @@ def test_driver_killed_mid_way_resumes_to_the_same_rows(tmp_path, reference):
 
 
 @pytest.mark.slow
+def test_a_run_starts_a_cluster_of_its_own_beside_one_already_running(tmp_path):
+    """Old code called ``ray.init`` without an address, which joins the newest Ray instance on the
+    machine (another run's, a test's): with ``--ray-cpus`` the run refused to start ("When
+    connecting to an existing cluster, num_cpus and num_gpus must not be provided")."""
+    from ray import cluster_utils
+
+    other = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        out = tmp_path / "own"
+        with FaultServer() as server:
+            finished = subprocess.run(
+                [
+                    *(str(BUDGETBENCH), "run", "-t", SETTINGS["task"], "-s", "truncation", "-b", "400"),
+                    *("-m", SETTINGS["model"], "--api-base", server.url, "--tokenizer", SETTINGS["tokenizer"]),
+                    *("--task-option", "items=2", "--task-option", "history_tokens=600", "-o", str(out)),
+                    *("--no-report", "--no-preflight", "--display", "none", "--executor", "ray", "--ray-cpus", "1"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            )
+        assert finished.returncode == 0, finished.stderr[-2000:]
+        assert len(terminal_counts(out)) == 2
+    finally:
+        other.shutdown()
+
+
+@pytest.mark.slow
 def test_a_ray_run_asks_the_model_nothing_a_thread_run_does_not(tmp_path, cluster):
     """At a budget every strategy fits whole, the strategies send the same prompt for an item:
     a thread run asks it once (one cache), and so must the Ray workers (the shared replies)."""
