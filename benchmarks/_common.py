@@ -8,6 +8,7 @@ at once, so the harness's own time is measured in the same run as the server's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,27 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path.relative_to(ROOT)}")
     return path
+
+
+@contextlib.contextmanager
+def chars_tokenised() -> Iterator[list[int]]:
+    """Counts the characters tiktoken tokenises (after the harness's caches) while the block
+    runs, in the list's one element: counting work, a figure that does not move with the
+    machine's speed."""
+    from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
+
+    tokenised = [0]
+    encoded = TiktokenTokenizer._encoded_length
+
+    def counting(self, text):
+        tokenised[0] += len(text)
+        return encoded(self, text)
+
+    TiktokenTokenizer._encoded_length = counting
+    try:
+        yield tokenised
+    finally:
+        TiktokenTokenizer._encoded_length = encoded
 
 
 def median(values) -> float:

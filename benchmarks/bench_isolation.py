@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import machine, median, write_result
+from _common import chars_tokenised, machine, median, write_result
 
 from budgetbench_core import RunConfig, run
 
@@ -49,25 +49,21 @@ def one_run(items: int, isolation: str, workers: int) -> tuple[float, float, int
 
 def counted_run(items: int, isolation: str, workers: int) -> dict[str, float]:
     """One run, instrumented: characters tokenised per cell and requests per cell and strategy."""
-    from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
     from budgetbench_core.host.remote import RemoteStrategy
 
-    tokenised, requests = [0], Counter()
-    encoded, answer = TiktokenTokenizer._encoded_length, RemoteStrategy._answer
-
-    def counting_encoded(self, text):
-        tokenised[0] += len(text)
-        return encoded(self, text)
+    requests: Counter[str] = Counter()
+    answer = RemoteStrategy._answer
 
     def counting_answer(self, request, context):
         requests[self.name] += 1
         return answer(self, request, context)
 
-    TiktokenTokenizer._encoded_length, RemoteStrategy._answer = counting_encoded, counting_answer
+    RemoteStrategy._answer = counting_answer
     try:
-        _, _, cells = one_run(items, isolation, workers)
+        with chars_tokenised() as tokenised:
+            _, _, cells = one_run(items, isolation, workers)
     finally:
-        TiktokenTokenizer._encoded_length, RemoteStrategy._answer = encoded, answer
+        RemoteStrategy._answer = answer
     per_strategy = cells / len(STRATEGIES)
     return {
         "chars_tokenised_per_cell": round(tokenised[0] / cells),

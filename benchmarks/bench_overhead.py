@@ -24,6 +24,7 @@ from _common import (
     BENCH_TASK,
     FakeOpenAI,
     benchmark_registry,
+    chars_tokenised,
     machine,
     median,
     require_data,
@@ -81,23 +82,10 @@ def one_run(server: FakeOpenAI, registry, out: Path, items: int, isolation: str 
     }
 
 
-def chars_tokenised(server: FakeOpenAI, registry, out: Path, items: int, isolation: str) -> float:
-    """Characters the harness's tokenizer tokenised per cell (after its caches) in one run: the
-    counting work, a figure that does not move with the machine's speed."""
-    from budgetbench_core.builtin.tokenizers import TiktokenTokenizer
-
-    tokenised = [0]
-    encoded = TiktokenTokenizer._encoded_length
-
-    def counting(self, text):
-        tokenised[0] += len(text)
-        return encoded(self, text)
-
-    TiktokenTokenizer._encoded_length = counting
-    try:
+def tokenised_per_cell(server: FakeOpenAI, registry, out: Path, items: int, isolation: str) -> float:
+    """Characters the harness's tokenizer tokenised per cell in one run (``chars_tokenised``)."""
+    with chars_tokenised() as tokenised:
         cells = one_run(server, registry, out, items, isolation)["cells"]
-    finally:
-        TiktokenTokenizer._encoded_length = encoded
     return tokenised[0] / cells
 
 
@@ -180,7 +168,7 @@ def main() -> None:
                 f"counting+logging+grading {result['rest_ms']:.1f})"
             )
         tokenised = {
-            mode: round(chars_tokenised(server, registry, Path(tmp) / f"chars-{mode}", args.items, mode))
+            mode: round(tokenised_per_cell(server, registry, Path(tmp) / f"chars-{mode}", args.items, mode))
             for mode in ("process", "none")
         }
         print("characters tokenised per cell (isolation process / none):", tokenised)
