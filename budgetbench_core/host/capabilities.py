@@ -54,6 +54,7 @@ def drop_all() -> str:
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     held = effective()
     refused = libc.capset(ctypes.byref(_Header(_CAPABILITY_VERSION_3, 0)), (_Data * 2)()) != 0
-    if effective():  # never run a plugin holding one
-        raise OSError(ctypes.get_errno() if refused else 0, f"capabilities still held after capset: {effective():#x}")
+    still = effective()
+    if still:  # never run a plugin holding one
+        raise OSError(ctypes.get_errno() if refused else 0, f"capabilities still held after capset: {still:#x}")
     return f"none (dropped {held:#x})" if held else "none"
