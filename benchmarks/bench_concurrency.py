@@ -23,6 +23,7 @@ part of ``harness_cpu_ms_per_cell``.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import threading
 import time
@@ -32,6 +33,7 @@ from _common import FakeOpenAI, machine, median, short_history_config, write_res
 
 from budgetbench_core import run
 from budgetbench_core.event_loop import shared_loop
+from budgetbench_core.host.process_tree import descendants, read_small
 from budgetbench_core.runlog import iter_events
 
 LEVELS = [1, 8, 32, 128]
@@ -58,6 +60,32 @@ def threads_cpu() -> dict[int, tuple[str, float]]:
     return out
 
 
+def tree_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every process under this one (the loopback server, the plugin workers and
+    their guards), by pid, with what it is: its own seconds and those of children it reaped."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in descendants(os.getpid()):
+        try:
+            fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+            command = read_small(f"/proc/{pid}/cmdline")
+        except OSError:
+            continue  # ended meanwhile
+        kind = "server" if b"serve" in command else "plugin_workers"
+        out[pid] = (kind, sum(int(f) for f in fields[11:15]) / tick)
+    return out
+
+
+def machine_cpu(before: dict, after: dict, harness_ms: float, cells: int) -> dict:
+    """CPU ms per cell of every process of the run (the harness's, the server's, the workers'),
+    which two cores bound: at 200 ms per call, N in flight need N * 5 cells/s."""
+    kinds = {"harness": harness_ms}
+    for pid, (kind, seconds) in after.items():
+        kinds[kind] = kinds.get(kind, 0.0) + (seconds - before.get(pid, (kind, 0.0))[1]) / cells * 1e3
+    kinds["all"] = sum(kinds.values())
+    return {kind: round(value, 3) for kind, value in kinds.items()}
+
+
 def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], cells: int) -> dict:
     """Where the harness's CPU per cell went, in ms: the event loop (HTTP client), the cells'
     threads (prompt, count, cache, log, grade), the sandbox's plugin threads (strategy, tokenizer)."""
@@ -79,17 +107,20 @@ def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str
 def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> dict:
     server.reset()
     snapshots: list[dict[int, tuple[str, float]]] = []
+    trees: list[dict[int, tuple[str, float]]] = []
 
     def started(total: int, per: dict[str, int], final: bool = False) -> None:
         if "start" not in marks:
             marks.update(start=time.perf_counter(), cpu=time.process_time(), loop=loop_cpu())
             snapshots.append(threads_cpu())
+            trees.append(tree_cpu())
 
     def finished_one() -> None:
         finished.append(time.perf_counter())
         cpu.append(time.process_time())
         if len(finished) == cells:  # the cells' threads are still alive: their CPU is readable
             snapshots.append(threads_cpu())
+            trees.append(tree_cpu())
 
     marks: dict[str, float] = {}
     finished: list[float] = []
@@ -116,6 +147,7 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
         "harness_cpu_ms_per_cell": (cpu[-1] - marks["cpu"]) / cells * 1e3,
         "event_loop_cpu_ms_per_cell": (loop_cpu() - marks["loop"]) / cells * 1e3,
         "cpu_ms_per_cell_by_thread": cpu_by_kind(snapshots[0], snapshots[-1], cells),
+        "machine_cpu_ms_per_cell": machine_cpu(trees[0], trees[-1], (cpu[-1] - marks["cpu"]) / cells * 1e3, cells),
     }
 
 
@@ -175,6 +207,7 @@ def main() -> None:
                     f"(event loop {result['event_loop_cpu_ms_per_cell']:.2f})"
                 )
             print("  CPU ms per cell by thread:", {r["concurrency"]: r["cpu_ms_per_cell_by_thread"] for r in measured})
+            print("  CPU ms per cell by process:", {r["concurrency"]: r["machine_cpu_ms_per_cell"] for r in measured})
             rounds.append(measured)
     summary = {}
     for index, level in enumerate(LEVELS):
@@ -189,6 +222,10 @@ def main() -> None:
                 "harness_cpu_ms_per_cell",
                 "event_loop_cpu_ms_per_cell",
             )
+        }
+        summary[str(level)]["machine_cpu_ms_per_cell"] = {
+            kind: round(median(r[index]["machine_cpu_ms_per_cell"].get(kind, 0.0) for r in rounds), 3)
+            for kind in rounds[0][index]["machine_cpu_ms_per_cell"]
         }
     for level in summary.values():
         level["max_inflight"] = int(level["max_inflight"])  # a count, not a median of two

@@ -219,6 +219,22 @@ class RunConfig:
         choices=("process", "none"),
         default="process",
     )
+    worker_disk_mb: int = setting(
+        "--worker-disk-mb",
+        "Megabytes one strategy's worker may keep in its scratch folder, and write to any one file "
+        "(its log included); past it the worker is ended and its cell is an error row.",
+        kind="int",
+        minimum=1,
+        default=4096,
+    )
+    worker_processes: int = setting(
+        "--worker-processes",
+        "Processes one strategy's worker may have at once, itself included (as root the kernel sets no "
+        "such limit); past it the worker is ended and its cell is an error row.",
+        kind="int",
+        minimum=1,
+        default=64,
+    )
     controls: bool = setting(
         "--controls",
         "Also run the harness controls control:no_memory (system prompt and question only) and "

@@ -23,6 +23,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from .process_tree import descendants, listed, read_small
+
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
@@ -41,9 +43,9 @@ def worker_cpu_clock(guard: int, worker: int) -> Callable[[], float | None] | No
         ticks = sum(_stat_ticks(worker)[2:])  # its own seconds are the clock's, to the nanosecond
         ticks += sum(_stat_ticks(guard)[2:])  # the guard's own seconds are the harness's overhead
         # the guard has one thread: its children are listed there (the worker, and the orphans it adopted)
-        for child in _listed(f"/proc/{guard}/task/{guard}/children"):
+        for child in listed(f"/proc/{guard}/task/{guard}/children"):
             ticks += sum(_stat_ticks(child)) if child != worker else 0
-            ticks += sum(sum(_stat_ticks(pid)) for pid in _descendants(child))
+            ticks += sum(sum(_stat_ticks(pid)) for pid in descendants(child))
         return seconds + ticks * _TICK_S
 
     return read
@@ -65,50 +67,10 @@ def _process_clock(pid: int) -> Callable[[], float | None] | None:
     return read
 
 
-def _descendants(root: int) -> list[int]:
-    """Every process under ``root``, parents before their children (threads' children included)."""
-    found, queue = [], [root]
-    while queue:
-        pid = queue.pop(0)
-        for child in _children(pid):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def _children(pid: int) -> list[int]:
-    """``pid``'s children, whichever of its threads forked them."""
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []  # gone meanwhile
-    return [child for thread in threads for child in _listed(f"/proc/{pid}/task/{thread}/children")]
-
-
-def _listed(path: str) -> list[int]:
-    try:
-        return [int(pid) for pid in _read(path).split()]
-    except (OSError, ValueError):
-        return []  # gone meanwhile
-
-
 def _stat_ticks(pid: int) -> list[int]:
     """``utime``, ``stime``, ``cutime`` and ``cstime`` of ``pid``; zeros once it is gone."""
     try:
-        fields = _read(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+        fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
         return [int(f) for f in fields[11:15]]
     except (OSError, ValueError):
         return [0, 0, 0, 0]
-
-
-def _read(path: str) -> bytes:
-    """A small /proc file (``open`` would cost twice as much: this runs once per cell)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = chunk = os.read(fd, 4096)
-        while chunk:  # a children list past 4 KB (a plugin that forked hundreds)
-            chunk = os.read(fd, 65536)
-            data += chunk
-        return data
-    finally:
-        os.close(fd)

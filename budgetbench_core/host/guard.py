@@ -8,27 +8,32 @@ domain, so the plugin can neither signal nor trace it (ABI 6). It is the worker'
 child subreaper: every orphan of the worker's tree becomes the guard's child, whatever
 session or group it moved to. When the worker exits, is killed (``remote.WorkerProcess.kill``
 signals the worker alone) or the harness dies, the guard kills all its children until none is
-left, then exits as the worker did, so the harness reads the worker's own exit status.
+left, then exits as the worker did, so the harness reads the worker's own exit status. It
+also holds the worker to its ``quotas.Quota`` (scratch space, one file, processes): past it,
+the guard ends the tree the same way and exits with the quota's code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 from multiprocessing.connection import Connection
 
-from . import wire
+from . import quotas, wire
+from .process_tree import descendants
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM}
 
 
-def stand(conn: Connection) -> None:
+def stand(conn: Connection, quota: quotas.Quota) -> None:
     """Fork the worker and guard it; returns only in the worker. The first frame on ``conn``
     names the worker's pid (the process the harness meters and kills)."""
-    if not sys.platform.startswith("linux"):  # no subreaper: this process is the worker
+    if not sys.platform.startswith("linux"):  # no subreaper: this process is the worker, its file size limited
+        quotas.limit_this_process(quota)
         wire.send(conn, {"worker_pid": os.getpid()})
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -46,12 +51,21 @@ def stand(conn: Connection) -> None:
         if os.getppid() != guard:
             os._exit(0)
         os.setpgid(0, 0)
+        quotas.limit_this_process(quota)
         _first_to_go_out_of_memory()
         return
     wire.send(conn, {"worker_pid": worker})
     conn.close()  # this process's copy: the worker's exit is then the harness's end of file
-    status = _wait_for(worker)
+    status, over = _wait_for(worker, quota)
+    if over is not None:
+        _kill(worker)
     _end_all_children()
+    if over is not None:
+        with contextlib.suppress(OSError):  # its log may be what filled the disk
+            print(
+                f"budgetbench guard: the worker {quotas.describe_exit(quotas.EXIT_CODES[over], quota)}", file=sys.stderr
+            )
+        os._exit(quotas.EXIT_CODES[over])
     _exit_as(status)
 
 
@@ -65,15 +79,20 @@ def _first_to_go_out_of_memory() -> None:
         pass  # a kernel without the setting: the kernel's own choice stands
 
 
-def _wait_for(worker: int) -> int:
-    """The worker's wait status, once it exits; the guard's own SIGTERM (the harness is gone) kills it."""
+def _wait_for(worker: int, quota: quotas.Quota) -> tuple[int, str | None]:
+    """The worker's wait status once it exits, or the quota it went past first (key of
+    ``quotas.EXIT_CODES``); the guard's own SIGTERM (the harness is gone) kills it."""
+    me, scratch = os.getpid(), os.getcwd()  # started in the worker's scratch folder
     while True:
-        received = signal.sigtimedwait(_WATCHED, 1.0)
+        received = signal.sigtimedwait(_WATCHED, quotas.POLL_S)
         if received is not None and received.si_signo == signal.SIGTERM:
             _kill(worker)
         for pid, status in _reaped():
             if pid == worker:
-                return status
+                return status, None
+        over = quotas.exceeded(quota, scratch, len(descendants(me)))
+        if over is not None:
+            return 0, over
 
 
 def _reaped() -> list[tuple[int, int]]:

@@ -30,6 +30,7 @@ from ..runlog import secret_variable
 from .landlock import abi_version
 from .metering import Metering
 from .proxy import OutsideProxy
+from .quotas import Quota
 from .remote import RemoteStrategy, WorkerGone, WorkerProcess
 
 # What a worker inherits from the harness's environment: locale, paths and library switches,
@@ -149,8 +150,10 @@ class PluginHost:
         metering: Metering | None = None,
         confine: bool = True,
         max_workers: int = 1,
+        quota: Quota | None = None,
     ) -> None:
         self.tokenizer_info = tokenizer_info
+        self.quota = quota or Quota()  # what each worker may use of the machine (its guard holds it there)
         self.confine = confine and abi_version() > 0
         self.metering = metering  # the gateway a worker's own SDK calls go to (None: no model in this run)
         self.scratch_root = scratch_root  # the run's; each worker gets a folder of its own in it
@@ -257,7 +260,9 @@ class PluginHost:
         proxy_token = self.proxy.register(name, [])  # what it may reach is known once it is created
         ports = [*self.ports, self.proxy.port]
         first = self._first_policy(name, params, source, scratch, ports) if self.confine else None
-        worker = WorkerProcess(self._environment(scratch, token, proxy_token), scratch / "worker.log", scratch)
+        worker = WorkerProcess(
+            self._environment(scratch, token, proxy_token), scratch / "worker.log", scratch, self.quota
+        )
         with self._lock:
             self._workers.append(worker)
         if first is not None:  # before any code of the plugin runs, its import included
@@ -333,8 +338,8 @@ class PluginHost:
         try:
             reply = worker.exchange(frame)
         except WorkerGone as exc:
-            worker.kill()
-            log = (scratch / "worker.log").read_text(errors="replace")[-2000:]
+            log = _tail(scratch / "worker.log")
+            worker.kill()  # its scratch folder, the log included, goes with it
             raise PluginHostError(f"strategy {name!r}: {exc}; its output: {log or '(none)'}") from None
         if "failed" in reply:
             worker.kill()
@@ -351,3 +356,13 @@ class PluginHost:
         for worker in workers:
             worker.kill()
         self.proxy.stop()
+
+
+def _tail(log: Path, size: int = 2000) -> str:
+    """The end of a worker's log, however long the plugin made it."""
+    try:
+        with open(log, "rb") as output:
+            output.seek(max(0, output.seek(0, os.SEEK_END) - size))
+            return output.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ from . import wire
 from .cpu_clock import worker_cpu_clock
 from .metering import Metering, charge_cpu, cpu_by_phase, reported_cpu
 from .proxy import OutsideProxy
+from .quotas import Quota, describe_exit
 
 
 class WorkerGone(RuntimeError):
@@ -44,11 +46,12 @@ class WorkerProcess:
     guard (``guard``: its own session, Ctrl-C is the harness's to handle), which forks the worker
     and names it in its first frame; stdout and stderr to ``log``, frames over a socket pair."""
 
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path, quota: Quota) -> None:
         ours, theirs = socket.socketpair()
+        self.scratch, self.quota = cwd, quota
         with open(log, "ab") as output:
             self.process = subprocess.Popen(  # the guard
-                [sys.executable, "-m", "budgetbench_core.host.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "budgetbench_core.host.worker", str(theirs.fileno()), *quota.to_argv()],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -99,6 +102,9 @@ class WorkerProcess:
                 code: int | None = self.process.wait(timeout=2)  # the guard exits as the worker did
             except subprocess.TimeoutExpired:
                 code = None
+            over = describe_exit(code, self.quota)
+            if over is not None:
+                raise WorkerGone(f"the plugin's worker {over}: its guard ended it") from None
             raise WorkerGone(f"the plugin's worker process ended (exit code {code})") from None
 
     def alive(self) -> bool:
@@ -134,6 +140,7 @@ class WorkerProcess:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+        shutil.rmtree(self.scratch, ignore_errors=True)  # nothing runs there now: its space comes back at once
 
 
 class RemoteStrategy(MemoryStrategy):

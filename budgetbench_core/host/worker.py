@@ -25,7 +25,7 @@ from typing import Any
 
 from ..messages import Message
 from ..tokenizers import PromptCounter, Tokenizer, TokenizerInfo, _stored_fields
-from . import guard, wire
+from . import guard, quotas, wire
 
 
 class HarnessRefused(RuntimeError):
@@ -388,7 +388,9 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = Connection(os.dup(sock.fileno()))
     sock.close()
-    guard.stand(conn)  # from here on, this is the worker: its guard ends whatever it leaves behind
+    guard.stand(
+        conn, quotas.Quota.from_argv(sys.argv[2:])
+    )  # from here on, this is the worker: its guard ends whatever it leaves behind
     serve(conn)
     os._exit(0)  # plugin threads left running must not keep the worker alive
 

@@ -1,0 +1,91 @@
+"""How much of the machine one plugin worker may use: scratch space, one file, processes.
+
+Landlock says where a worker may write, not how much, and as root ``RLIMIT_NPROC`` does not
+apply (the kernel exempts uid 0), so a plugin could otherwise fill the disk the run's log is on
+or fork until nothing else can start. Its guard (``guard``: outside the Landlock domain, running
+no plugin code) holds it to a ``Quota``:
+
+- any one file the worker's processes write, its log included, is at most ``disk_bytes``
+  (``RLIMIT_FSIZE``, set before plugin code runs: a longer write fails with ``EFBIG``, which
+  Python raises as ``OSError``, having ignored ``SIGXFSZ``); no core dump is written;
+- every ``POLL_S`` the guard reads the scratch folder's size (blocks, all files; an entry count
+  past ``MAX_ENTRIES`` counts as over) and the number of processes under it; past either
+  limit it kills the worker and everything it started and exits with ``EXIT_CODES``' code, which
+  the harness names in the cell's error row (``describe_exit``). The folder of a worker that
+  ended is removed at once (``remote.WorkerProcess.kill``), so the space comes back.
+
+Between two readings a plugin can go past the folder's limit by what it writes in ``POLL_S``.
+A plugin that exits with one of these codes itself is described as over its quota: it only
+mislabels its own error row.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+POLL_S = 0.25
+MAX_ENTRIES = 100_000  # files and folders in a scratch folder; reading more would cost the guard too much
+EXIT_CODES = {"disk": 86, "processes": 87}
+
+
+@dataclass(frozen=True)
+class Quota:
+    disk_bytes: int = 4096 * 2**20  # the scratch folder, and any one file the worker writes
+    processes: int = 64  # under the guard at once, the worker included
+
+    def to_argv(self) -> list[str]:
+        return [str(self.disk_bytes), str(self.processes)]
+
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> Quota:
+        return cls(int(argv[0]), int(argv[1]))
+
+
+def limit_this_process(quota: Quota) -> None:
+    """In the worker, before plugin code: no file past the quota, no core dump (in the scratch folder)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (quota.disk_bytes, quota.disk_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def exceeded(quota: Quota, folder: str, processes: int) -> str | None:
+    """The key of ``EXIT_CODES`` of the limit that ``folder`` or ``processes`` is past, or None."""
+    if processes > quota.processes:
+        return "processes"
+    if folder_bytes(folder, quota.disk_bytes) > quota.disk_bytes:
+        return "disk"
+    return None
+
+
+def folder_bytes(folder: str, limit: int) -> int:
+    """Bytes ``folder`` holds on disk (blocks allocated, so a sparse file counts what it uses);
+    stops early once past ``limit`` or ``MAX_ENTRIES`` (then returns more than ``limit``)."""
+    total, entries, pending = 0, 0, [folder]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    if entries > MAX_ENTRIES:
+                        return limit + 1
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue  # removed meanwhile
+        except OSError:
+            continue  # removed meanwhile
+        if total > limit:
+            return total
+    return total
+
+
+def describe_exit(code: int | None, quota: Quota) -> str | None:
+    """What a guard's exit ``code`` says its worker went past, or None for any other exit."""
+    if code == EXIT_CODES["disk"]:
+        return f"went past its {quota.disk_bytes // 2**20} MB of scratch space (--worker-disk-mb)"
+    if code == EXIT_CODES["processes"]:
+        return f"had more than {quota.processes} processes at once (--worker-processes)"
+    return None

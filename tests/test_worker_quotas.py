@@ -1,0 +1,128 @@
+"""A worker is held to its quota of the machine: scratch space, any one file, processes.
+
+Each hostile strategy below goes past one limit on every item and would then answer as
+truncation does; run as root (here and in CI) nothing but the harness bounds it. With
+``--worker-disk-mb 16 --worker-processes 8`` its cells must be error rows naming the limit,
+while truncation in the same run gets its results, and nothing it started outlives the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+import uuid
+
+import pytest
+
+from budgetbench_core import RunConfig, hookimpl, run
+from budgetbench_core.builtin.strategies import Truncation
+from budgetbench_core.host.process_tree import read_small
+from budgetbench_core.runlog import final_rows
+from budgetbench_core.testing import FaultServer, registry_with
+
+DISK_MB, PROCESSES = 16, 8
+HELD_S = 2.0  # how long a hog holds what it took before answering: the guard reads every 0.25 s
+
+
+class Hog(Truncation):
+    """Takes ``how`` much: ``files`` (1 MB files in nested folders, 64 MB in all), ``one_file``
+    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``processes`` (40 sleeping
+    children) or ``orphans`` (40 sleeping grandchildren whose parents exited), then answers."""
+
+    name = "quota-hog"
+
+    def __init__(self, how: str = "files", marker: str = "") -> None:
+        super().__init__(how=how, marker=marker)
+        self.how, self.marker = how, marker
+
+    def apply(self, history, budget, context):
+        folder = context.scratch_dir / "deep" / "er"
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.how == "files":
+            for index in range(64):
+                (folder / f"{index}.bin").write_bytes(os.urandom(2**20))
+        elif self.how == "one_file":  # removed as the write fails, so only the file limit can stop it
+            try:
+                with open(folder / "one.bin", "wb") as one:
+                    for _ in range(32):
+                        one.write(os.urandom(2**20))
+            finally:
+                (folder / "one.bin").unlink()
+        elif self.how == "log":
+            for _ in range(64):
+                try:
+                    sys.stderr.write("x" * 2**20)
+                    sys.stderr.flush()
+                except OSError:
+                    pass
+        else:
+            sleeper = [sys.executable, "-c", "import time; time.sleep(60)", self.marker]
+            for _ in range(40):
+                if self.how == "processes":
+                    subprocess.Popen(sleeper, start_new_session=True)
+                elif os.fork() == 0:  # orphans: the child starts a sleeper and exits at once
+                    subprocess.Popen(sleeper, start_new_session=True)
+                    os._exit(0)
+        time.sleep(HELD_S)
+        return super().apply(history, budget, context)
+
+
+PLUGIN = types.SimpleNamespace(register_strategies=hookimpl(lambda register: [register(Hog)]))
+
+
+def alive_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in read_small(f"/proc/{entry}/cmdline"):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("files", f"went past its {DISK_MB} MB of scratch space"),
+        ("log", f"went past its {DISK_MB} MB of scratch space"),
+        ("one_file", "File too large"),
+        ("processes", f"had more than {PROCESSES} processes at once"),
+        ("orphans", f"had more than {PROCESSES} processes at once"),
+    ],
+)
+def test_a_worker_past_its_quota_is_an_error_row_naming_it_and_the_run_goes_on(tmp_path, how, cause):
+    """Old code: no quota at all, so every hog cell was a result (and as root nothing would have
+    stopped one that kept going)."""
+    marker = f"budgetbench-quota-test-{uuid.uuid4().hex}"
+    out = tmp_path / "run"
+    with FaultServer() as server:
+        run(
+            RunConfig(
+                task="synthetic-memory",
+                strategies=["quota-hog", "truncation"],
+                budgets=[300],
+                out=out,
+                api_base=server.url,
+                model="openai/fault-model",
+                tokenizer="tiktoken:cl100k_base",
+                task_options={"items": 2, "history_tokens": 600},
+                max_concurrency=1,
+                retries=0,
+                strategy_params={"quota-hog": {"how": how, "marker": marker}},
+                worker_disk_mb=DISK_MB,
+                worker_processes=PROCESSES,
+            ),
+            registry=registry_with(PLUGIN, distribution="quota-hogs"),
+        )
+    rows = list(final_rows(out).values())
+    hogs = [r for r in rows if r["strategy"] == "quota-hog"]
+    assert [r["event"] for r in hogs] == ["error", "error"], hogs
+    for row in hogs:
+        assert "quota-hog" in row["cause"] and cause in row["cause"], row["cause"]
+    assert [r["event"] for r in rows if r["strategy"] == "truncation"] == ["result", "result"]
+    assert alive_with(marker) == []
