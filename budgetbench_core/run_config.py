@@ -235,6 +235,14 @@ class RunConfig:
         minimum=1,
         default=64,
     )
+    worker_memory_mb: int | None = setting(
+        "--worker-memory-mb",
+        "Megabytes each process of a strategy's worker may allocate, and the size of its /dev/shm of its "
+        "own; past it the plugin gets MemoryError (or no space). Default: half the machine's memory.",
+        kind="int",
+        minimum=1,
+        default=None,
+    )
     controls: bool = setting(
         "--controls",
         "Also run the harness controls control:no_memory (system prompt and question only) and "

@@ -56,9 +56,10 @@ class Manifest:
     git_commit: str | None = _doc("the core's git commit, when it runs from a checkout")
     host: dict[str, Any] | None = _doc("`{node, platform, cpus}` of the machine")
     invocations: list[dict[str, Any]] = _doc(
-        "one `{started, finished, calls_made, plugin_workers}` per invocation (a resume adds one; "
-        "`plugin_workers`: worker processes started per strategy, descriptions included); a process killed "
-        "with -9 leaves `finished: null`",
+        "one `{started, finished, calls_made, plugin_workers, plugin_shared_memory}` per invocation (a resume "
+        "adds one; `plugin_workers`: worker processes started per strategy, descriptions included; "
+        "`plugin_shared_memory`: per strategy, `private` when its workers' /dev/shm is a tmpfs of their own, "
+        "else `shared: ` and why); a process killed with -9 leaves `finished: null`",
         list,
     )
     calls_made: int | None = _doc("model calls made by all invocations", late=True)

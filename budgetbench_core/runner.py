@@ -366,6 +366,7 @@ class Run:
                     "finished": now() if complete else None,
                     "calls_made": calls,
                     "plugin_workers": dict(host.spawned) if host is not None else {},
+                    "plugin_shared_memory": dict(host.shared_memory) if host is not None else {},
                 }
                 record.calls_made = sum(i["calls_made"] or 0 for i in record.invocations)
                 if host is not None:  # refused before any cell was served: nobody's row shows them

@@ -1,13 +1,15 @@
-"""A worker is held to its quota of the machine: scratch space, any one file, processes.
+"""A worker is held to its quota of the machine: scratch space, any one file, processes, memory.
 
 Each hostile strategy below goes past one limit on every item and would then answer as
 truncation does; run as root (here and in CI) nothing but the harness bounds it. With
-``--worker-disk-mb 16 --worker-processes 8`` its cells must be error rows naming the limit,
-while truncation in the same run gets its results, and nothing it started outlives the run.
+``--worker-disk-mb 16 --worker-processes 8 --worker-memory-mb 256`` its cells must be error
+rows naming the limit, while truncation in the same run gets its results, and nothing it
+started or made in ``/dev/shm`` outlives the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,14 +25,15 @@ from budgetbench_core.host.process_tree import read_small
 from budgetbench_core.runlog import final_rows
 from budgetbench_core.testing import FaultServer, registry_with
 
-DISK_MB, PROCESSES = 16, 8
+DISK_MB, PROCESSES, MEMORY_MB = 16, 8, 256
 HELD_S = 2.0  # how long a hog holds what it took before answering: the guard reads every 0.25 s
 
 
 class Hog(Truncation):
     """Takes ``how`` much: ``files`` (1 MB files in nested folders, 64 MB in all), ``one_file``
-    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``processes`` (40 sleeping
-    children) or ``orphans`` (40 sleeping grandchildren whose parents exited), then answers."""
+    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``memory`` (512 MB at once), ``shm`` (320 MB
+    in 8 MB ``/dev/shm`` files), ``processes`` (40 sleeping children) or ``orphans`` (40 sleeping
+    grandchildren whose parents exited), then answers."""
 
     name = "quota-hog"
 
@@ -51,6 +54,12 @@ class Hog(Truncation):
                         one.write(os.urandom(2**20))
             finally:
                 (folder / "one.bin").unlink()
+        elif self.how == "memory":
+            self.held = bytearray(512 * 2**20)
+        elif self.how == "shm":  # files under the file limit, together past the memory quota
+            for index in range(40):
+                with open(f"/dev/shm/{self.marker}-{os.getpid()}-{index}", "wb") as shared:
+                    shared.write(b"x" * 8 * 2**20)
         elif self.how == "log":
             for _ in range(64):
                 try:
@@ -73,6 +82,11 @@ class Hog(Truncation):
 PLUGIN = types.SimpleNamespace(register_strategies=hookimpl(lambda register: [register(Hog)]))
 
 
+def user_namespaces() -> bool:
+    """Whether this user may make a user namespace (where a worker then mounts its /dev/shm)."""
+    return subprocess.run(["unshare", "--user", "--map-current-user", "true"], capture_output=True).returncode == 0
+
+
 def alive_with(marker: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -91,15 +105,38 @@ def alive_with(marker: str) -> list[int]:
         ("files", f"went past its {DISK_MB} MB of scratch space"),
         ("log", f"went past its {DISK_MB} MB of scratch space"),
         ("one_file", "File too large"),
+        ("memory", "MemoryError"),
+        ("shm", "No space left on device"),
         ("processes", f"had more than {PROCESSES} processes at once"),
         ("orphans", f"had more than {PROCESSES} processes at once"),
     ],
 )
 def test_a_worker_past_its_quota_is_an_error_row_naming_it_and_the_run_goes_on(tmp_path, how, cause):
     """Old code: no quota at all, so every hog cell was a result (and as root nothing would have
-    stopped one that kept going)."""
+    stopped one that kept going), and the ``/dev/shm`` files stayed after the run."""
+    if os.getuid() != 0 and not user_namespaces():
+        pytest.skip("no private /dev/shm here: not root, and no unprivileged user namespaces")
     marker = f"budgetbench-quota-test-{uuid.uuid4().hex}"
     out = tmp_path / "run"
+    try:
+        hog_run(out, how, marker)
+    finally:
+        left_in_shm = [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
+        for name in left_in_shm:
+            os.unlink(f"/dev/shm/{name}")
+    rows = list(final_rows(out).values())
+    hogs = [r for r in rows if r["strategy"] == "quota-hog"]
+    assert [r["event"] for r in hogs] == ["error", "error"], hogs
+    for row in hogs:
+        assert "quota-hog" in row["cause"] and cause in row["cause"], row["cause"]
+    assert [r["event"] for r in rows if r["strategy"] == "truncation"] == ["result", "result"]
+    assert alive_with(marker) == []
+    assert left_in_shm == []  # the worker's /dev/shm was its own, gone with it
+    shared = json.loads((out / "manifest.json").read_text())["invocations"][-1]["plugin_shared_memory"]
+    assert shared == {"quota-hog": "private", "truncation": "private"}
+
+
+def hog_run(out, how: str, marker: str) -> None:
     with FaultServer() as server:
         run(
             RunConfig(
@@ -116,13 +153,7 @@ def test_a_worker_past_its_quota_is_an_error_row_naming_it_and_the_run_goes_on(t
                 strategy_params={"quota-hog": {"how": how, "marker": marker}},
                 worker_disk_mb=DISK_MB,
                 worker_processes=PROCESSES,
+                worker_memory_mb=MEMORY_MB,
             ),
             registry=registry_with(PLUGIN, distribution="quota-hogs"),
         )
-    rows = list(final_rows(out).values())
-    hogs = [r for r in rows if r["strategy"] == "quota-hog"]
-    assert [r["event"] for r in hogs] == ["error", "error"], hogs
-    for row in hogs:
-        assert "quota-hog" in row["cause"] and cause in row["cause"], row["cause"]
-    assert [r["event"] for r in rows if r["strategy"] == "truncation"] == ["result", "result"]
-    assert alive_with(marker) == []

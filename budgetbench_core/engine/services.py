@@ -16,7 +16,7 @@ from ..cell import CellLog, CellStamp
 from ..graders import Grader, GradingContext
 from ..host.metering import Metering, charge
 from ..host.pool import PluginHost
-from ..host.quotas import Quota
+from ..host.quotas import Quota, half_the_memory
 from ..messages import Item, Message
 from ..model_calls import ModelCaller
 from ..run_config import RunConfig
@@ -227,7 +227,8 @@ def plugin_host(
     strategy may declare it reaches the run's model or judge servers (only the gateway does)."""
     if config.isolation != "process":
         return None, None
-    quota = Quota(config.worker_disk_mb * 2**20, config.worker_processes)
+    memory = config.worker_memory_mb * 2**20 if config.worker_memory_mb is not None else half_the_memory()
+    quota = Quota(config.worker_disk_mb * 2**20, config.worker_processes, memory)
     host = PluginHost(tokenizer, scratch_dir, max_workers=config.max_concurrency, quota=quota)
     host.guarded = guarded
     host.guarded_hosts = server_hosts(plugins)

@@ -23,6 +23,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from . import quotas, wire
+from .private_shm import private_shm
 from .process_tree import descendants
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -31,10 +32,11 @@ _WATCHED = {signal.SIGCHLD, signal.SIGTERM}
 
 def stand(conn: Connection, quota: quotas.Quota) -> None:
     """Fork the worker and guard it; returns only in the worker. The first frame on ``conn``
-    names the worker's pid (the process the harness meters and kills)."""
+    names the worker's pid (the process the harness meters and kills) and whether its
+    ``/dev/shm`` is its own (``private_shm``)."""
     if not sys.platform.startswith("linux"):  # no subreaper: this process is the worker, its file size limited
         quotas.limit_this_process(quota)
-        wire.send(conn, {"worker_pid": os.getpid()})
+        wire.send(conn, {"worker_pid": os.getpid(), "shared_memory": "shared: not Linux"})
         return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the harness died: end the worker's tree, then go
@@ -43,6 +45,7 @@ def stand(conn: Connection, quota: quotas.Quota) -> None:
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     guard = os.getpid()
+    shared_memory = private_shm(quota.memory_bytes)  # the worker's, and this process's: no plugin code here
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)  # taken with sigtimedwait: none is lost
     worker = os.fork()
     if worker == 0:
@@ -54,7 +57,7 @@ def stand(conn: Connection, quota: quotas.Quota) -> None:
         quotas.limit_this_process(quota)
         _first_to_go_out_of_memory()
         return
-    wire.send(conn, {"worker_pid": worker})
+    wire.send(conn, {"worker_pid": worker, "shared_memory": shared_memory})
     conn.close()  # this process's copy: the worker's exit is then the harness's end of file
     status, over = _wait_for(worker, quota)
     if over is not None:

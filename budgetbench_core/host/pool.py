@@ -174,6 +174,7 @@ class PluginHost:
         self._closed = False
         self._workers: list[WorkerProcess] = []
         self.spawned: dict[str, int] = {}  # per strategy: workers started in the run (manifest, benchmarks)
+        self.shared_memory: dict[str, str] = {}  # per strategy: its workers' /dev/shm, "private" or why not (manifest)
         self._code: dict[str, list[str]] = {}  # per strategy: where its code lives (``code_locations``)
 
     def meter_with(self, metering: Metering) -> None:
@@ -277,6 +278,7 @@ class PluginHost:
             "tokenizer": self.tokenizer_info,
         }
         created = self._ask(worker, name, scratch, frame)
+        self.shared_memory[name] = str(worker.shared_memory)
         reads = created.get("read_paths") or []
         refused = [p for p in reads if self._reaches_evidence(p)]
         if refused:

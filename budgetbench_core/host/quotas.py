@@ -1,4 +1,4 @@
-"""How much of the machine one plugin worker may use: scratch space, one file, processes.
+"""How much of the machine one plugin worker may use: scratch space, one file, processes, memory.
 
 Landlock says where a worker may write, not how much, and as root ``RLIMIT_NPROC`` does not
 apply (the kernel exempts uid 0), so a plugin could otherwise fill the disk the run's log is on
@@ -8,6 +8,10 @@ no plugin code) holds it to a ``Quota``:
 - any one file the worker's processes write, its log included, is at most ``disk_bytes``
   (``RLIMIT_FSIZE``, set before plugin code runs: a longer write fails with ``EFBIG``, which
   Python raises as ``OSError``, having ignored ``SIGXFSZ``); no core dump is written;
+- each of its processes allocates at most ``memory_bytes`` (``RLIMIT_DATA``: heap and private
+  mappings; past it Python raises ``MemoryError``), and its ``/dev/shm`` is a tmpfs of that
+  size of its own (``private_shm``); the kernel's out-of-memory killer takes a worker first
+  (``guard``) should its processes together still exhaust the machine;
 - every ``POLL_S`` the guard reads the scratch folder's size (blocks, all files; an entry count
   past ``MAX_ENTRIES`` counts as over) and the number of processes under it; past either
   limit it kills the worker and everything it started and exits with ``EXIT_CODES``' code, which
@@ -23,30 +27,38 @@ from __future__ import annotations
 
 import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 POLL_S = 0.25
 MAX_ENTRIES = 100_000  # files and folders in a scratch folder; reading more would cost the guard too much
 EXIT_CODES = {"disk": 86, "processes": 87}
 
 
+def half_the_memory() -> int:
+    """Bytes: the default memory quota, half of this machine's physical memory."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
 @dataclass(frozen=True)
 class Quota:
     disk_bytes: int = 4096 * 2**20  # the scratch folder, and any one file the worker writes
     processes: int = 64  # under the guard at once, the worker included
+    memory_bytes: int = field(default_factory=half_the_memory)  # each process's data, and its /dev/shm
 
     def to_argv(self) -> list[str]:
-        return [str(self.disk_bytes), str(self.processes)]
+        return [str(self.disk_bytes), str(self.processes), str(self.memory_bytes)]
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Quota:
-        return cls(int(argv[0]), int(argv[1]))
+        return cls(int(argv[0]), int(argv[1]), int(argv[2]))
 
 
 def limit_this_process(quota: Quota) -> None:
-    """In the worker, before plugin code: no file past the quota, no core dump (in the scratch folder)."""
+    """In the worker, before plugin code: no file past the disk quota, no core dump (in the
+    scratch folder), no process's data (heap and private mappings) past the memory quota."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (quota.disk_bytes, quota.disk_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_DATA, (quota.memory_bytes, quota.memory_bytes))
 
 
 def exceeded(quota: Quota, folder: str, processes: int) -> str | None:

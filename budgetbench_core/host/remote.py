@@ -64,6 +64,7 @@ class WorkerProcess:
         self.conn = Connection(os.dup(ours.fileno()))
         ours.close()
         self.pid: int | None = None  # the worker's, once its guard has named it
+        self.shared_memory: str | None = None  # its /dev/shm, as its guard names it with the pid
         self.largest_sent = 0  # bytes: what the worker sends back is bounded by it (``wire.reply_limit``)
         self._pidfd: int | None = None  # the worker's, to signal it (never a reused pid) and see it end
 
@@ -78,11 +79,13 @@ class WorkerProcess:
 
     def _learn_pid(self) -> None:
         """The guard's first frame, sent before any plugin code runs: the worker's pid."""
-        named = self.receive().get("worker_pid")
+        frame = self.receive()
+        named = frame.get("worker_pid")
         if not isinstance(named, int) or isinstance(named, bool):
             self.kill()
             raise WorkerGone(f"the worker's guard sent {named!r}, not a pid")
         self.pid = named
+        self.shared_memory = str(frame.get("shared_memory"))  # "private", or "shared: why" (manifest)
         try:
             self._pidfd = os.pidfd_open(named)
         except (AttributeError, OSError):  # no pidfd here (not Linux 5.3+): signalled by pid
