@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from .loopback import (
 )
 from .messages import Item, Message
 from .runlog import final_rows
-from .sandbox import PrivateView
+from .sandbox import PrivateView, opaque_id
 from .strategies import StrategyContext
 from .tokenizers import PromptCounter, Tokenizer
 
@@ -126,6 +127,9 @@ def no_model_calls(messages: Sequence[Message], max_tokens: int, purpose: str) -
     raise AssertionError(f"unexpected auxiliary model call ({purpose!r})")
 
 
+_VIEW_KEY = secrets.token_bytes(32)  # this process's, as a run's is the run's: views' ids cannot be computed
+
+
 def strategy_context(
     item: Item,
     budget: int,
@@ -135,10 +139,10 @@ def strategy_context(
     seed: int = 0,
 ) -> StrategyContext:
     """A StrategyContext as the runner builds one: ``item`` becomes the strategy's view (no
-    answer, category, item metadata or evidence marks; it keeps the item's id, where a run gives
-    an opaque one); ``complete`` defaults to refusing calls."""
+    answer, category, item metadata or evidence marks, and an opaque id: the same for the same
+    item within this process, as within a run); ``complete`` defaults to refusing calls."""
     return StrategyContext(
-        item=PrivateView(item).item,
+        item=PrivateView(item, view_id=opaque_id(_VIEW_KEY, item.id)).item,
         budget=budget,
         counter=counter,
         complete=complete or no_model_calls,

@@ -12,7 +12,7 @@ import pytest
 from budgetbench_core import Item, Message, RunConfig, Task, hookimpl, run
 from budgetbench_core.builtin.strategies import Truncation
 from budgetbench_core.runlog import iter_events
-from budgetbench_core.testing import FaultServer, registry_with
+from budgetbench_core.testing import FaultServer, registry_with, strategy_context
 
 IDS = ["q-001_abs", "q-002", "q-003_abs", "gpt4_q-004"]
 
@@ -81,3 +81,13 @@ def test_a_view_carries_an_opaque_id_the_same_at_every_tier_and_new_in_every_run
     assert len({next(iter(ids)) for ids in first.values()}) == len(IDS)  # items told apart
     # keyed by the run's secret, not a fixed hash of the public id: another run's ids differ
     assert all(first[i] != second[i] for i in IDS)
+
+
+def test_the_testing_helpers_view_has_an_opaque_id_stable_within_the_process():
+    """Old code: ``testing.strategy_context`` gave plugin authors' tests the item's own id, where
+    a run gives an opaque one (a strategy tested on ids it never sees in a run)."""
+    item = Item("q-003_abs", (Message("user", "hello"),), Message("user", "which?"), "gold")
+    first, again = (strategy_context(item, 100, None, ".").item.id for _ in range(2))
+    assert first == again != item.id and first.startswith("item-") and "abs" not in first
+    other = Item("q-004", item.history, item.query, "gold")
+    assert strategy_context(other, 100, None, ".").item.id not in (first, other.id)

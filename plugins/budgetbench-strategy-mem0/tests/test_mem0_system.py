@@ -92,7 +92,7 @@ def test_defect_13_mem0_search_returns_the_requested_count(ingested, oracle_item
         assert {r.source_id for r in ranked} <= {s.id for s in oracle_item.sessions()}
     # Why top_k: mem0 2.2.1 silently ignores ``limit`` and returns its default of 20.
     ignored = system.memory.search(
-        oracle_item.query.content, limit=3, threshold=0.0, filters={"user_id": system.user_id(oracle_item.id)}
+        oracle_item.query.content, limit=3, threshold=0.0, filters={"user_id": system.user_id(context.item.id)}
     )["results"]
     assert len(ignored) == min(20, len(oracle_item.history)) != 3
 
