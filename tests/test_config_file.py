@@ -39,6 +39,9 @@ display = "plain"
 no-preflight = true
 shard = "2/3"
 isolation = "none"
+worker-disk-mb = 512
+worker-processes = 16
+worker-memory-mb = 2048
 controls = true
 price = "0.15/0.6"
 
@@ -80,6 +83,7 @@ def test_every_run_option_can_come_from_the_file(tmp_path):
     assert params["strategy_params"] == ("summary_buffer.max_calls=1", "summary_buffer.summary_share=0.3")
     assert params["shard"] == "2/3"
     assert (params["isolation"], params["controls"], params["price"]) == ("none", True, "0.15/0.6")
+    assert (params["worker_disk_mb"], params["worker_processes"], params["worker_memory_mb"]) == (512, 16, 2048)
     covered = {
         p.name for p in run_command.params if isinstance(p, click.Option) and p.expose_value and not p.hidden
     } - {"config_path", "help"}
