@@ -10,9 +10,12 @@ started or made in ``/dev/shm`` outlives the run.
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import types
 import uuid
@@ -31,7 +34,8 @@ HELD_S = 2.0  # how long a hog holds what it took before answering: the guard re
 
 class Hog(Truncation):
     """Takes ``how`` much: ``files`` (1 MB files in nested folders, 64 MB in all), ``one_file``
-    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``memory`` (512 MB at once), ``shm`` (320 MB
+    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``deleted``, ``memfd`` and ``mapped`` (four 8 MB
+    files no folder shows: deleted but open, memory files, deleted and only mapped), ``memory`` (512 MB at once), ``shm`` (320 MB
     in 8 MB ``/dev/shm`` files), ``processes`` (40 sleeping children) or ``orphans`` (40 sleeping
     grandchildren whose parents exited), then answers."""
 
@@ -54,6 +58,20 @@ class Hog(Truncation):
                         one.write(os.urandom(2**20))
             finally:
                 (folder / "one.bin").unlink()
+        elif self.how in ("deleted", "memfd", "mapped"):  # files no folder shows: 4 x 8 MB, held
+            self.held = []
+            for index in range(4):
+                if self.how == "memfd":
+                    fd = os.memfd_create(f"hidden-{index}")
+                else:
+                    fd = os.open(folder / f"hidden-{index}", os.O_RDWR | os.O_CREAT)
+                    os.unlink(folder / f"hidden-{index}")
+                os.write(fd, os.urandom(8 * 2**20))
+                if self.how == "mapped":
+                    self.held.append(mmap.mmap(fd, 8 * 2**20))
+                    os.close(fd)
+                else:
+                    self.held.append(fd)
         elif self.how == "memory":
             self.held = bytearray(512 * 2**20)
         elif self.how == "shm":  # files under the file limit, together past the memory quota
@@ -104,6 +122,9 @@ def alive_with(marker: str) -> list[int]:
     [
         ("files", f"went past its {DISK_MB} MB of scratch space"),
         ("log", f"went past its {DISK_MB} MB of scratch space"),
+        ("deleted", f"went past its {DISK_MB} MB of scratch space"),
+        ("memfd", f"went past its {DISK_MB} MB of scratch space"),
+        ("mapped", f"went past its {DISK_MB} MB of scratch space"),
         ("one_file", "File too large"),
         ("memory", "MemoryError"),
         ("shm", "No space left on device"),
@@ -116,6 +137,8 @@ def test_a_worker_past_its_quota_is_an_error_row_naming_it_and_the_run_goes_on(t
     stopped one that kept going), and the ``/dev/shm`` files stayed after the run."""
     if os.getuid() != 0 and not user_namespaces():
         pytest.skip("no private /dev/shm here: not root, and no unprivileged user namespaces")
+    if how == "mapped" and os.getuid() != 0:
+        pytest.skip("a guard reads what a mapping holds only as root (/proc/PID/map_files)")
     marker = f"budgetbench-quota-test-{uuid.uuid4().hex}"
     out = tmp_path / "run"
     try:
@@ -157,3 +180,34 @@ def hog_run(out, how: str, marker: str) -> None:
             ),
             registry=registry_with(PLUGIN, distribution="quota-hogs"),
         )
+
+
+def test_a_folder_the_guard_may_not_read_counts_as_past_the_quota():
+    """Old code skipped it: as any user but root, a plugin could fill a folder, take away its
+    read permission, and the guard's reading left it out."""
+    root = os.getuid() == 0
+    scratch = tempfile.mkdtemp(prefix="budgetbench-quota-test-")  # under /tmp: reachable by the user below
+    try:
+        hidden = os.path.join(scratch, "hidden")
+        os.mkdir(hidden)
+        with open(os.path.join(hidden, "big"), "wb") as big:
+            big.write(os.urandom(2**20))
+        if root:  # the guard of a worker run by another user, which is not root's to bypass
+            for path in (scratch, hidden, os.path.join(hidden, "big")):
+                os.chown(path, 65534, 65534)
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if root else []
+        code = (
+            "import sys; from budgetbench_core.host.quotas import folder_bytes; print(folder_bytes(sys.argv[1], 2**30))"
+        )
+
+        def read() -> int:
+            done = subprocess.run([*as_user, sys.executable, "-c", code, scratch], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            return int(done.stdout)
+
+        assert 2**20 <= read() < 2**30
+        os.chmod(hidden, 0)
+        assert read() > 2**30
+    finally:
+        os.chmod(hidden, 0o700)
+        shutil.rmtree(scratch)

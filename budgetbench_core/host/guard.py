@@ -93,7 +93,7 @@ def _wait_for(worker: int, quota: quotas.Quota) -> tuple[int, str | None]:
         for pid, status in _reaped():
             if pid == worker:
                 return status, None
-        over = quotas.exceeded(quota, scratch, len(descendants(me)))
+        over = quotas.exceeded(quota, scratch, descendants(me))
         if over is not None:
             return 0, over
 

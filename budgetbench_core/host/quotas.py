@@ -13,8 +13,9 @@ no plugin code) holds it to a ``Quota``:
   size of its own (``private_shm``); the kernel's out-of-memory killer takes a worker first
   (``guard``) should its processes together still exhaust the machine;
 - every ``POLL_S`` the guard reads the scratch folder's size (blocks, all files; an entry count
-  past ``MAX_ENTRIES`` counts as over) and the number of processes under it; past either
-  limit it kills the worker and everything it started and exits with ``EXIT_CODES``' code, which
+  past ``MAX_ENTRIES``, or an entry it may not read, counts as over) plus the files its
+  processes hold that no folder shows (deleted while open or mapped, memory files), and the
+  number of processes under it; past either limit it kills the worker and everything it started and exits with ``EXIT_CODES``' code, which
   the harness names in the cell's error row (``describe_exit``). The folder of a worker that
   ended is removed at once (``remote.WorkerProcess.kill``), so the space comes back.
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass, field
+
+from .process_tree import read_small
 
 POLL_S = 0.25
 MAX_ENTRIES = 100_000  # files and folders in a scratch folder; reading more would cost the guard too much
@@ -61,18 +64,20 @@ def limit_this_process(quota: Quota) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (quota.memory_bytes, quota.memory_bytes))
 
 
-def exceeded(quota: Quota, folder: str, processes: int) -> str | None:
-    """The key of ``EXIT_CODES`` of the limit that ``folder`` or ``processes`` is past, or None."""
-    if processes > quota.processes:
+def exceeded(quota: Quota, folder: str, tree: list[int]) -> str | None:
+    """The key of ``EXIT_CODES`` of the limit that ``folder`` (with the hidden files the
+    processes ``tree`` hold) or the number of those processes is past, or None."""
+    if len(tree) > quota.processes:
         return "processes"
-    if folder_bytes(folder, quota.disk_bytes) > quota.disk_bytes:
+    if folder_bytes(folder, quota.disk_bytes) + held_bytes(tree) > quota.disk_bytes:
         return "disk"
     return None
 
 
 def folder_bytes(folder: str, limit: int) -> int:
     """Bytes ``folder`` holds on disk (blocks allocated, so a sparse file counts what it uses);
-    stops early once past ``limit`` or ``MAX_ENTRIES`` (then returns more than ``limit``)."""
+    stops early once past ``limit`` or ``MAX_ENTRIES`` (then returns more than ``limit``). An
+    entry the guard may not read (only the plugin can have made it so) counts as past."""
     total, entries, pending = 0, 0, [folder]
     while pending:
         try:
@@ -85,13 +90,57 @@ def folder_bytes(folder: str, limit: int) -> int:
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(entry.path)
                         total += entry.stat(follow_symlinks=False).st_blocks * 512
-                    except OSError:
+                    except FileNotFoundError:
                         continue  # removed meanwhile
-        except OSError:
+                    except OSError:
+                        return limit + 1
+        except FileNotFoundError:
             continue  # removed meanwhile
+        except OSError:
+            return limit + 1
         if total > limit:
             return total
     return total
+
+
+def held_bytes(tree: list[int]) -> int:
+    """Bytes of the files the processes ``tree`` hold that no folder shows: files deleted while
+    open or mapped, and memory files (``memfd_create``), each counted once."""
+    seen, total = set(), 0
+    for pid in tree:
+        for path in _held_paths(pid):
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue  # closed or unmapped meanwhile; as another user than root, mappings are not readable
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_blocks * 512
+    return total
+
+
+def _held_paths(pid: int) -> list[str]:
+    """``/proc`` paths of the deleted files (memory files included) ``pid`` holds open or mapped."""
+    paths = []
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        descriptors = []  # gone meanwhile
+    for fd in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(" (deleted)"):  # a memfd's name ends so too
+                paths.append(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+    try:
+        maps = read_small(f"/proc/{pid}/maps")
+    except OSError:
+        maps = b""
+    if b" (deleted)" in maps:
+        for line in maps.splitlines():
+            if line.endswith(b" (deleted)"):
+                paths.append(f"/proc/{pid}/map_files/{line.split(maxsplit=1)[0].decode()}")
+    return paths
 
 
 def describe_exit(code: int | None, quota: Quota) -> str | None:
