@@ -9,8 +9,9 @@ child subreaper: every orphan of the worker's tree becomes the guard's child, wh
 session or group it moved to. When the worker exits, is killed (``remote.WorkerProcess.kill``
 signals the worker alone) or the harness dies, the guard kills all its children until none is
 left, then exits as the worker did, so the harness reads the worker's own exit status. It
-also holds the worker to its ``quotas.Quota`` (scratch space, one file, processes): past it,
-the guard ends the tree the same way and exits with the quota's code.
+also holds the worker to its ``quotas.Quota``: it gives the worker a ``/dev/shm`` of its own
+and the worker's limits (one file, memory) before any plugin code, then reads its scratch
+space and processes; past either, it ends the tree the same way and exits with the quota's code.
 """
 
 from __future__ import annotations

@@ -388,9 +388,8 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = Connection(os.dup(sock.fileno()))
     sock.close()
-    guard.stand(
-        conn, quotas.Quota.from_argv(sys.argv[2:])
-    )  # from here on, this is the worker: its guard ends whatever it leaves behind
+    # from here on, this is the worker: its guard ends whatever it leaves behind
+    guard.stand(conn, quotas.Quota.from_argv(sys.argv[2:]))
     serve(conn)
     os._exit(0)  # plugin threads left running must not keep the worker alive
 
