@@ -15,9 +15,10 @@ no plugin code) holds it to a ``Quota``:
 - every ``POLL_S`` the guard reads the scratch folder's size (blocks, all files; an entry count
   past ``MAX_ENTRIES``, or an entry it may not read, counts as over) plus the files its
   processes hold that no folder shows (deleted while open or mapped, memory files), and the
-  number of processes under it; past either limit it kills the worker and everything it started and exits with ``EXIT_CODES``' code, which
-  the harness names in the cell's error row (``describe_exit``). The folder of a worker that
-  ended is removed at once (``remote.WorkerProcess.kill``), so the space comes back.
+  number of processes under it; past either limit it kills the worker and everything it
+  started and exits with ``EXIT_CODES``' code, which the harness names in the cell's error row
+  (``describe_exit``). The folder of a worker that ended is removed at once
+  (``remote.WorkerProcess.kill``), so the space comes back.
 
 Between two readings a plugin can go past the folder's limit by what it writes in ``POLL_S``.
 A plugin that exits with one of these codes itself is described as over its quota: it only
