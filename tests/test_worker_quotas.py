@@ -34,9 +34,10 @@ HELD_S = 2.0  # how long a hog holds what it took before answering: the guard re
 
 class Hog(Truncation):
     """Takes ``how`` much: ``files`` (1 MB files in nested folders, 64 MB in all), ``one_file``
-    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored), ``deleted``, ``memfd`` and ``mapped`` (four 8 MB
-    files no folder shows: deleted but open, memory files, deleted and only mapped), ``memory`` (512 MB at once), ``shm`` (320 MB
-    in 8 MB ``/dev/shm`` files), ``processes`` (40 sleeping children) or ``orphans`` (40 sleeping
+    (32 MB in one, removed if the write fails), ``log`` (64 MB to stderr, errors ignored),
+    ``deleted``, ``memfd`` and ``mapped`` (four 8 MB files no folder shows: deleted but open,
+    memory files, deleted and only mapped), ``memory`` (512 MB at once), ``shm`` (320 MB in
+    8 MB ``/dev/shm`` files), ``processes`` (40 sleeping children) or ``orphans`` (40 sleeping
     grandchildren whose parents exited), then answers."""
 
     name = "quota-hog"
