@@ -33,7 +33,7 @@ from _common import FakeOpenAI, machine, median, short_history_config, write_res
 
 from budgetbench_core import run
 from budgetbench_core.event_loop import shared_loop
-from budgetbench_core.host.process_tree import descendants, read_small
+from budgetbench_core.host.process_tree import cpu_ticks, descendants, read_small
 from budgetbench_core.runlog import iter_events
 
 LEVELS = [1, 8, 32, 128]
@@ -67,12 +67,12 @@ def tree_cpu() -> dict[int, tuple[str, float]]:
     out = {}
     for pid in descendants(os.getpid()):
         try:
-            fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
             command = read_small(f"/proc/{pid}/cmdline")
         except OSError:
             continue  # ended meanwhile
-        kind = "server" if b"serve" in command else "plugin_workers"
-        out[pid] = (kind, sum(int(f) for f in fields[11:15]) / tick)
+        ticks = cpu_ticks(pid)
+        if any(ticks):  # all zeros: ended meanwhile (or not yet scheduled, which costs nothing)
+            out[pid] = ("server" if b"serve" in command else "plugin_workers", sum(ticks) / tick)
     return out
 
 

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .process_tree import descendants, listed, read_small
+from .process_tree import cpu_ticks, descendants, listed
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -40,12 +40,12 @@ def worker_cpu_clock(guard: int, worker: int) -> Callable[[], float | None] | No
         seconds = own()
         if seconds is None:
             return None
-        ticks = sum(_stat_ticks(worker)[2:])  # its own seconds are the clock's, to the nanosecond
-        ticks += sum(_stat_ticks(guard)[2:])  # the guard's own seconds are the harness's overhead
+        ticks = sum(cpu_ticks(worker)[2:])  # its own seconds are the clock's, to the nanosecond
+        ticks += sum(cpu_ticks(guard)[2:])  # the guard's own seconds are the harness's overhead
         # the guard has one thread: its children are listed there (the worker, and the orphans it adopted)
         for child in listed(f"/proc/{guard}/task/{guard}/children"):
-            ticks += sum(_stat_ticks(child)) if child != worker else 0
-            ticks += sum(sum(_stat_ticks(pid)) for pid in descendants(child))
+            ticks += sum(cpu_ticks(child)) if child != worker else 0
+            ticks += sum(sum(cpu_ticks(pid)) for pid in descendants(child))
         return seconds + ticks * _TICK_S
 
     return read
@@ -65,12 +65,3 @@ def _process_clock(pid: int) -> Callable[[], float | None] | None:
             return None
 
     return read
-
-
-def _stat_ticks(pid: int) -> list[int]:
-    """``utime``, ``stime``, ``cutime`` and ``cstime`` of ``pid``; zeros once it is gone."""
-    try:
-        fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
-        return [int(f) for f in fields[11:15]]
-    except (OSError, ValueError):
-        return [0, 0, 0, 0]

@@ -1,4 +1,4 @@
-"""The processes under one process, read from ``/proc`` (Linux): what a worker started.
+"""The processes under one process, and their CPU, from ``/proc`` (Linux): what a worker started.
 
 Shared by the harness's CPU clock of a worker (``cpu_clock``) and the worker's guard, which
 holds the tree to its quota (``quotas``). Every reading tolerates a process that exits meanwhile.
@@ -34,6 +34,15 @@ def listed(path: str) -> list[int]:
         return [int(pid) for pid in read_small(path).split()]
     except (OSError, ValueError):
         return []  # gone meanwhile
+
+
+def cpu_ticks(pid: int) -> list[int]:
+    """``utime``, ``stime``, ``cutime`` and ``cstime`` of ``pid`` (clock ticks); zeros once it is gone."""
+    try:
+        fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+        return [int(f) for f in fields[11:15]]
+    except (OSError, ValueError):
+        return [0, 0, 0, 0]
 
 
 def read_small(path: str) -> bytes:
