@@ -547,6 +547,38 @@ def opaque_id(key: bytes, item_id: str) -> str:
     return "item-" + hmac.new(key, item_id.encode("utf-8", "surrogatepass"), "sha256").hexdigest()[:16]
 
 
+class SealedView:
+    """The item as a strategy in a worker process sees it, as the harness keeps it: no grading
+    key and an opaque id, as in ``PrivateView``, but made from the runner's canonical item
+    (``engine.intake.canonical_item``) without copies. Only its JSON crosses to the worker
+    (``host.wire``) and no plugin code runs beside it, so there is nothing to check: ``intact``
+    is always true. A message with no withheld metadata is the runner's own (immutable) one.
+    It saves ~1.5 ms per LongMemEval_S item, and ~0.25 ms per cell of checking."""
+
+    def __init__(self, item: Item, hidden: frozenset[str] = frozenset(), view_id: str | None = None) -> None:
+        withheld = GRADING_KEYS | hidden
+
+        def seen(message: Message) -> Message:
+            metadata = message.metadata
+            if withheld.isdisjoint(metadata):
+                return message
+            return _message(message.role, message.content, {k: v for k, v in metadata.items() if k not in withheld})
+
+        self.item = replace(
+            item,
+            id=item.id if view_id is None else view_id,
+            history=tuple(map(seen, item.history)),
+            query=seen(item.query),
+            system=seen(item.system) if item.system is not None else None,
+            answer=None,
+            category=None,
+            metadata={},
+        )
+
+    def intact(self) -> bool:
+        return True
+
+
 class PrivateView:
     """The item as one strategy sees it, and what it was when made: ``intact()`` says whether
     the strategy changed any of it (a message, its role, content or metadata, nested metadata,

@@ -76,6 +76,7 @@ class GcSpy(Truncation):
     name = "hostile-gc-spy"
 
     def apply(self, history, budget, context):
+        gc.unfreeze()  # the worker's start-up objects are frozen, out of get_objects' sight: not for long
         found = [o.answer for o in gc.get_objects() if isinstance(o, Item) and o.answer is not None]
         for frame in sys._current_frames().values():
             while frame is not None:
@@ -180,6 +181,7 @@ class PhaseForger(Truncation):
 
         from budgetbench_core.host import wire
 
+        gc.unfreeze()  # the worker froze its start-up objects, the Host among them
         host = next(o for o in gc.get_objects() if type(o).__name__ == "Host" and hasattr(o, "conn"))
         wire.send(host.conn, {"phase": "ingest"})
         client = openai.OpenAI(max_retries=0, timeout=10)

@@ -36,6 +36,7 @@ def test_the_harness_names_a_strategys_entry_point_and_its_worker_builds_no_inde
 
 
 PROBE = """
+import gc
 import sys
 
 from budgetbench_core import MemoryStrategy, Regime
@@ -49,7 +50,7 @@ class Probe(MemoryStrategy):
         return [context.item.query]
 
     def describe(self):
-        return {"modules": sorted(sys.modules)}
+        return {"modules": sorted(sys.modules), "frozen": gc.get_freeze_count()}
 """
 
 # The harness's machinery: a worker that imports any of these pays for it at every start.
@@ -65,8 +66,12 @@ def test_a_worker_imports_its_plugin_and_the_contracts_it_uses_not_the_harness(t
               "distribution": "tests", "version": "0"}  # fmt: skip
     host = PluginHost(tokenizer_for("tiktoken:cl100k_base").info.to_dict(), tmp_path / "workers")
     try:
-        modules = host.new_strategy("probe", {}, 0.0, source).describe()["modules"]
+        described = host.new_strategy("probe", {}, 0.0, source).describe()
     finally:
         host.close()
+    modules = described["modules"]
     assert "budgetbench_core.strategies" in modules and "probe_strategy" in modules
     assert [m for m in modules if m.startswith(HARNESS_ONLY)] == []
+    # its start-up's objects are out of the collector's full passes, which would charge one cell
+    # with a scan of the plugin's whole heap
+    assert described["frozen"] > 10_000

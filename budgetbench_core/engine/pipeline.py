@@ -32,6 +32,7 @@ from ..sandbox import (
     PluginRef,
     PrivateView,
     PromptError,
+    SealedView,
     Stage,
     StageFailure,
     canonical_prompt,
@@ -58,7 +59,7 @@ def _strategy_cause(name: str, item: Item, failure: PluginFailure) -> str:
 def strategy_context(
     services: PromptServices,
     cell: CellLog,
-    view: PrivateView,
+    view: PrivateView | SealedView,
     budget: int,
     repeat: int,
     deadline: Deadline,
@@ -89,7 +90,7 @@ def build_prompt(
     cell: CellLog,
     strategy: MemoryStrategy,
     item: Item,
-    view: PrivateView,
+    view: PrivateView | SealedView,
     budget: int,
     context: StrategyContext,
     deadline: Deadline,
@@ -324,7 +325,7 @@ def grade(services: CellServices, cell: CellLog, item: Item, gated: Gated, outco
 
 
 def prepare_cell(
-    services: CellServices, strategy_name: str, item: Item, view: PrivateView, budget: int, repeat: int
+    services: CellServices, strategy_name: str, item: Item, view: PrivateView | SealedView, budget: int, repeat: int
 ) -> tuple[CellLog, Gated] | None:
     """A cell's strategy part: its prompt, built, gated and audited, ready to send (``send_cell``).
 

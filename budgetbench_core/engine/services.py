@@ -21,7 +21,7 @@ from ..messages import Item, Message
 from ..model_calls import ModelCaller
 from ..run_config import RunConfig
 from ..runlog import EventLog
-from ..sandbox import PluginRef, PrivateView, canonical_prompt, opaque_id
+from ..sandbox import PluginRef, PrivateView, SealedView, canonical_prompt, opaque_id
 from ..strategies import MemoryStrategy
 from ..tasks import Task
 from ..tokenizers import PromptCounter
@@ -132,9 +132,11 @@ class CellServices(PromptServices):
     stop: threading.Event
     on_turn: Callable[[dict[str, Any]], None] | None = None  # each finished episode turn, for the display
 
-    def view(self, item: Item) -> PrivateView:
-        """``item`` as a strategy sees it: no grading key, and an opaque id (``opaque_id``)."""
-        return PrivateView(item, self.hidden_metadata, opaque_id(self.settings.view_key, item.id))
+    def view(self, item: Item, sealed: bool = False) -> PrivateView | SealedView:
+        """``item`` as a strategy sees it: no grading key, and an opaque id (``opaque_id``).
+        ``sealed``: for a strategy in a worker process, of an item the intake made canonical."""
+        made = SealedView if sealed else PrivateView
+        return made(item, self.hidden_metadata, opaque_id(self.settings.view_key, item.id))
 
     def grading(self, cell: CellLog | None = None) -> GradingContext:
         """The grader's context; its judge calls are charged to ``cell`` (phase ``judge``)."""

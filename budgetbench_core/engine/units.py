@@ -28,13 +28,16 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
     """Reset the strategy, then run the unit's cells in order; ``progress(strategy, 1)`` per cell."""
     if not unit.todo:
         return
-    item, view = unit.item, services.view(unit.item)
+    item = unit.item
     prepared = []
     try:
-        if reset_for_item(services, unit.strategy, item, unit.todo) is None:
+        strategy = reset_for_item(services, unit.strategy, item, unit.todo)
+        if strategy is None:
             for _ in unit.todo:
                 progress(unit.strategy, 1)
             return
+        # an isolated strategy's view stays here, only its JSON crosses: nothing to copy or check
+        view = services.view(item, sealed=isinstance(strategy, RemoteStrategy))
         episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
         for budget, repeat in unit.todo:
             if services.stop.is_set():

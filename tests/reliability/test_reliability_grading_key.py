@@ -31,6 +31,8 @@ from budgetbench_core import (
 )
 from budgetbench_core.builtin.strategies import Truncation
 from budgetbench_core.builtin.synthetic_memory import SyntheticMemory
+from budgetbench_core.engine.intake import canonical_item
+from budgetbench_core.host import wire
 from budgetbench_core.plugins import PluginError
 from budgetbench_core.report import write_report
 from budgetbench_core.runlog import final_rows, iter_events
@@ -216,6 +218,32 @@ def test_the_view_withholds_the_key_and_still_catches_mutation():
     assert view.intact()
     shown.history[0].metadata["nested"]["a"].append(2)
     assert not view.intact()
+
+
+def test_the_sealed_view_of_an_isolated_strategy_withholds_the_same_keys():
+    """What crosses to a worker is made from ``SealedView``: the same fields as ``PrivateView``
+    withholds, without copying the messages that carry none of them."""
+    meta = {"session_id": "s1", EVIDENCE_KEY: True, EVIDENCE_ID_KEY: "e1", "gold": 1}
+    plain = Message("assistant", "ok", {"session_id": "s1"})
+    item = canonical_item(
+        "t",
+        Item(
+            "i",
+            (Message("user", "the fact", meta), plain),
+            Message("user", "q?", {"gold": 3}),
+            "the answer",
+            system=Message("system", "sys", {"gold": 4}),
+            category="single-session",
+            metadata={"evidence": ["the fact"]},
+        ),
+    )
+    sealed = sandbox.SealedView(item, frozenset({"gold"}), "item-0123")
+    private = sandbox.PrivateView(item, frozenset({"gold"}), "item-0123")
+    assert wire.view_to_wire(sealed.item) == wire.view_to_wire(private.item)
+    shown = sealed.item
+    assert (shown.id, shown.answer, shown.category, dict(shown.metadata)) == ("item-0123", None, None, {})
+    assert dict(shown.history[0].metadata) == {"session_id": "s1"} and shown.history[1] is item.history[1]
+    assert dict(item.history[0].metadata) == meta and item.answer == "the answer"  # the runner's copy is whole
 
 
 class _GoldEpisode(Episode):
