@@ -34,7 +34,7 @@ from _common import FakeOpenAI, machine, median, short_history_config, write_res
 from budgetbench_core import run
 from budgetbench_core.event_loop import shared_loop
 from budgetbench_core.host.process_tree import cpu_ticks, descendants, read_small
-from budgetbench_core.runlog import iter_events
+from budgetbench_core.runlog import iter_events, read_manifest
 
 LEVELS = [1, 8, 32, 128]
 TARGETS = {32: 0.9, 128: 0.8}  # share of ideal throughput
@@ -148,6 +148,7 @@ def throughput(server: FakeOpenAI, out: Path, concurrency: int, cells: int) -> d
         "event_loop_cpu_ms_per_cell": (loop_cpu() - marks["loop"]) / cells * 1e3,
         "cpu_ms_per_cell_by_thread": cpu_by_kind(snapshots[0], snapshots[-1], cells),
         "machine_cpu_ms_per_cell": machine_cpu(trees[0], trees[-1], (cpu[-1] - marks["cpu"]) / cells * 1e3, cells),
+        "plugin_workers_started": sum(read_manifest(out)["invocations"][-1]["plugin_workers"].values()),
     }
 
 

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 
 from . import quotas, wire
 from .private_shm import private_shm
-from .process_tree import descendants
+from .process_tree import children_by_parent, descendants
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM}
@@ -114,30 +114,17 @@ def _reaped() -> list[tuple[int, int]]:
 
 def _end_all_children() -> None:
     """Kill every child (the worker's orphans, reparented here) until none is left: a child's
-    own children become this process's as it dies, and are killed in the next round."""
+    own children become this process's as it dies, and are killed in the next round. They are
+    found by every process's parent, not the kernel's per-thread lists, which may miss a child
+    forked while they are read: a child missed here would leave the wait below hanging."""
     while True:
-        for pid in _children():
+        for pid in children_by_parent(os.getpid()):
             _kill(pid)
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             return
         _reaped()
-
-
-def _children() -> list[int]:
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue  # exited meanwhile
-        if len(fields) > 1 and fields[1] == str(me):
-            found.append(int(entry))
-    return found
 
 
 def _kill(pid: int) -> None:

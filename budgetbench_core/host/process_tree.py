@@ -22,11 +22,36 @@ def descendants(root: int) -> list[int]:
 
 def children(pid: int) -> list[int]:
     """``pid``'s children, whichever of its threads forked them."""
+    if not KERNEL_LISTS_CHILDREN:
+        return children_by_parent(pid)
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []  # gone meanwhile
     return [child for thread in threads for child in listed(f"/proc/{pid}/task/{thread}/children")]
+
+
+KERNEL_LISTS_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+"""Whether this kernel keeps a list of each thread's children (``CONFIG_PROC_CHILDREN``, on in
+the common distributions' kernels). Without them, finding no children would silently leave a
+worker's processes unbounded and their CPU uncharged: ``children`` reads every process's
+parent instead."""
+
+
+def children_by_parent(pid: int) -> list[int]:
+    """``pid``'s children, found by reading every process's parent: needs no per-thread
+    lists, at the cost of one read per process on the machine."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = read_small(f"/proc/{entry}/stat").rpartition(b")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            found.append(int(entry))
+    return found
 
 
 def listed(path: str) -> list[int]:
