@@ -208,14 +208,19 @@ def test_a_reference_is_the_harnesss_own_message_and_nothing_else_crosses_as_tex
 
 
 def test_a_frame_carries_any_text_exactly():
-    """Frames are ASCII JSON: accents, CJK, emoji and a lone surrogate (text a dataset may hold)
-    arrive as they were sent."""
+    """A worker's frames are ASCII JSON, the harness's are marshalled: either way accents, CJK,
+    emoji and a lone surrogate (text a dataset may hold) arrive as they were sent."""
     from multiprocessing import Pipe
 
     ours, theirs = Pipe()
     texts = ["café", "日本語のテキスト", "emoji 🧠 and \U0001f600", "lone \ud800 surrogate", 'quote " \\ \n\t']
     wire.send(ours, {"texts": texts})
     assert wire.receive(theirs) == {"texts": texts}
+    wire.send_to_worker(ours, {"texts": texts, "view": {"history": [{"role": "user", "metadata": {"n": 1.5}}]}})
+    assert wire.receive_from_harness(theirs) == {
+        "texts": texts,
+        "view": {"history": [{"role": "user", "metadata": {"n": 1.5}}]},
+    }
 
 
 @pytest.mark.parametrize("via", ["prompt", "count"])

@@ -72,7 +72,7 @@ class WorkerProcess:
         if self.pid is None:
             self._learn_pid()
         try:
-            self.largest_sent = max(self.largest_sent, wire.send(self.conn, frame))
+            self.largest_sent = max(self.largest_sent, wire.send_to_worker(self.conn, frame))
         except OSError:
             return self.receive()  # gone: says so with its exit code
         return self.receive()

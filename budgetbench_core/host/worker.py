@@ -41,7 +41,7 @@ class Harness:
 
     def ask(self, request: dict[str, Any]) -> Any:
         wire.send(self.conn, request)
-        reply = wire.receive(self.conn)
+        reply = wire.receive_from_harness(self.conn)
         if "error" in reply:
             error = reply["error"]
             if error.get("kind") == "auxiliary_budget":
@@ -365,7 +365,7 @@ def serve(conn: Connection) -> None:
     metered = ("apply", "ingest", "retrieve")  # a cell's operations: their CPU is the cell's
     while True:
         try:
-            frame = wire.receive(conn)
+            frame = wire.receive_from_harness(conn)
         except EOFError:
             return
         op = frame.get("op", "")
