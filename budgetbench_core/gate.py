@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .messages import Message
+from .fragments import Fragments
+from .messages import TOOL_CALL_ID, TOOL_CALLS, Message
 from .sandbox import canonical_prompt
 from .tokenizers import PromptCounter
 
@@ -61,8 +62,30 @@ class Gated:
 
 
 def chat_json(messages: Sequence[Message]) -> str:
-    """The messages as the JSON array of chat messages sent to a server."""
-    return json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
+    """The messages as the JSON array of chat messages sent to a server. A long prompt's text
+    is joined from each message's remembered JSON (the same text, byte for byte: the default
+    separators), since every tier of an item sends most of the same history messages."""
+    if sum(len(m.content) for m in messages) < _REMEMBER_FROM:
+        return json.dumps([m.to_chat() for m in messages], ensure_ascii=False)
+    return "[" + ", ".join(map(_chat_fragment, messages)) + "]"
+
+
+def _chat_fragment(message: Message) -> str:
+    """One message's JSON in ``chat_json``, remembered by all that ``Message.to_chat`` reads."""
+    role, content = message.role, message.content
+    calls = message.metadata.get(TOOL_CALLS) if role == "assistant" else None
+    if role == "tool" or (isinstance(calls, str) and calls):
+        key = (role, content, calls if role == "assistant" else str(message.metadata.get(TOOL_CALL_ID, "")))
+        return _sent.get(key, lambda: json.dumps(message.to_chat(), ensure_ascii=False))
+    # role and content only: what json.dumps writes for them, without its per-call set-up
+    return _sent.get((role, content), lambda: f'{{"role": {_string(role)}, "content": {_string(content)}}}')
+
+
+_string = json.encoder.encode_basestring  # a str as JSON with ensure_ascii=False: json.dumps's own function
+
+
+_REMEMBER_FROM = 8192  # characters of content from which a prompt's messages are remembered
+_sent = Fragments()
 
 
 def exact_count(counter: PromptCounter, prompt: tuple[Message, ...]) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 from .events import FINAL_EVENTS, SCHEMA_VERSION, TERMINAL_EVENTS, CellKey, Event, from_row, migration
+from .fragments import Fragments
 from .integrity import Chain, IntegrityError, chained_files, new_record, read_record, verify_run, write_record
 from .run_manifest import Manifest
 
@@ -196,10 +197,8 @@ def _dumps(value: Any) -> str:
 
 
 _REMEMBER_FROM = 8192  # characters of message content from which pieces are remembered
-_FRAGMENT_CHARS = 16_000_000  # the message texts kept serialised, at most (then forgotten)
-_fragments: dict[tuple, str] = {}
+_logged = Fragments()
 _KEYABLE = frozenset({str, int, bool, type(None)})
-_fragment_chars = [0]
 
 
 def _message_json(message: Any) -> str:
@@ -214,15 +213,7 @@ def _message_json(message: Any) -> str:
     ):
         return _dumps(message)  # nested or float metadata (1 == 1.0 == True; -0.0 == 0.0): not remembered
     key = (role, content, tuple(metadata.items()), tuple(map(type, metadata.values())), tuple(message))
-    text = _fragments.get(key)
-    if text is None:
-        text = _dumps(message)
-        if _fragment_chars[0] + len(text) > _FRAGMENT_CHARS:
-            _fragments.clear()
-            _fragment_chars[0] = 0
-        _fragments[key] = text
-        _fragment_chars[0] += len(text)
-    return text
+    return _logged.get(key, lambda: _dumps(message))
 
 
 def _event_json(row: dict[str, Any]) -> str:

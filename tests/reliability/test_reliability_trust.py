@@ -878,6 +878,32 @@ def test_an_event_line_joined_from_remembered_messages_is_the_whole_serialisatio
             assert _event_json(row) == json.dumps(row, ensure_ascii=False, default=str)
 
 
+def test_a_prompt_joined_from_remembered_messages_is_the_whole_serialisation():
+    """The request body, cache key and prompt hash come from ``chat_json``, which joins a long
+    prompt from remembered messages: it must be ``json.dumps`` of the whole chat form, also for
+    messages alike in text but sent apart (a tool call, a tool call id, another role)."""
+    from budgetbench_core.gate import chat_json
+
+    text = "same \u00e9 \u2028 \ud83e\udde0" + PAD * 2  # long enough to be remembered
+    calls = '[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]'
+    variants = [
+        Message("user", text),
+        Message("assistant", text),
+        Message("assistant", text, {"tool_calls": calls}),
+        Message("assistant", text, {"tool_calls": calls.replace("c1", "c2")}),
+        Message("assistant", text, {"tool_calls": ""}),
+        Message("tool", text, {"tool_call_id": "c1"}),
+        Message("tool", text, {"tool_call_id": "c2"}),
+        Message("tool", text),
+        Message("system", text, {"session_id": "s"}),
+    ]
+    for _ in range(2):  # the second pass reads what the first remembered
+        for first in variants:
+            for second in variants:
+                prompt = (first, second, Message("user", "q?"))
+                assert chat_json(prompt) == json.dumps([m.to_chat() for m in prompt], ensure_ascii=False)
+
+
 def test_names_on_disk_are_injective():
     names = ["user/42", "user_42", "User_42", "user 42", "a" * 200, "a" * 199 + "b", ".", "..", "", "x~1", "ü", "u"]
     mapped = [safe_name(n) for n in names]
