@@ -257,3 +257,20 @@ def test_a_receiver_refuses_a_frame_over_its_limit_and_reads_no_more():
     assert sent > 2_000 and wire.reply_limit(sent) == wire.REPLY_FRAME_FLOOR
     with pytest.raises(wire.FrameTooLarge, match="over the limit of 1,000 bytes"):
         wire.receive(theirs, 1_000)
+
+
+def test_a_parameter_that_is_not_plain_data_is_a_clear_error_naming_the_strategy(tmp_path):
+    """The harness's frames to a worker carry plain data only: a parameter of a class (a Path
+    given through the Python API) fails the strategy's start with its name, no worker left."""
+    from budgetbench_core.host.pool import PluginHost, PluginHostError
+    from budgetbench_core.testing import tokenizer_for
+
+    host = PluginHost(tokenizer_for("tiktoken:cl100k_base").info.to_dict(), tmp_path / "workers")
+    try:
+        with pytest.raises(
+            PluginHostError, match=r"strategy 'truncation': a frame for the worker holds more than plain"
+        ):
+            host.new_strategy("truncation", {"where": tmp_path}, 0.0, None)
+        assert all(not w.alive() for w in host._workers)
+    finally:
+        host.close()

@@ -32,6 +32,7 @@ from .metering import Metering
 from .proxy import OutsideProxy
 from .quotas import Quota
 from .remote import RemoteStrategy, WorkerGone, WorkerProcess
+from .wire import WireError
 
 # What a worker inherits from the harness's environment: locale, paths and library switches,
 # never a credential (a prefixed variable whose name says it holds one, ``HF_TOKEN``, is left out).
@@ -343,6 +344,9 @@ class PluginHost:
             log = _tail(scratch / "worker.log")
             worker.kill()  # its scratch folder, the log included, goes with it
             raise PluginHostError(f"strategy {name!r}: {exc}; its output: {log or '(none)'}") from None
+        except WireError as exc:  # ours could not be sent: a parameter that is not plain data
+            worker.kill()
+            raise PluginHostError(f"strategy {name!r}: {exc}; give its parameters as plain data") from None
         if "failed" in reply:
             worker.kill()
             raise PluginHostError(str(reply["failed"].get("message")))

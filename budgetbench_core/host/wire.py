@@ -54,7 +54,10 @@ def send(conn: Connection, frame: dict[str, Any]) -> int:
 
 def send_to_worker(conn: Connection, frame: dict[str, Any]) -> int:
     """The harness's ``frame`` for a worker (plain values only); returns its size in bytes."""
-    data = marshal.dumps(frame)
+    try:
+        data = marshal.dumps(frame)
+    except ValueError as exc:  # an object of a class (a Path in a strategy's parameters, say)
+        raise WireError(f"a frame for the worker holds more than plain data ({exc})") from None
     conn.send_bytes(data)
     return len(data)
 
