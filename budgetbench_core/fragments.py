@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable
 
 
 class Fragments:
-    """Texts made by ``make(value)``, remembered by ``key`` until they hold ``limit`` characters
+    """Texts made by ``make()``, remembered by ``key`` until they hold ``limit`` characters
     in all (then all are forgotten at once: a long run's items rarely share messages)."""
 
     def __init__(self, limit: int = 16_000_000) -> None:

@@ -550,7 +550,7 @@ def opaque_id(key: bytes, item_id: str) -> str:
 class SealedView:
     """The item as a strategy in a worker process sees it, as the harness keeps it: no grading
     key and an opaque id, as in ``PrivateView``, but made from the runner's canonical item
-    (``engine.intake.canonical_item``) without copies. Only its JSON crosses to the worker
+    (``engine.intake.canonical_item``) without copies. Only its frame crosses to the worker
     (``host.wire``) and no plugin code runs beside it, so there is nothing to check: ``intact``
     is always true. A message with no withheld metadata is the runner's own (immutable) one.
     It saves ~1.5 ms per LongMemEval_S item, and ~0.25 ms per cell of checking."""

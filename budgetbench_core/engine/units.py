@@ -36,7 +36,7 @@ def run_unit(services: CellServices, unit: Unit, progress: Callable[[str, int], 
             for _ in unit.todo:
                 progress(unit.strategy, 1)
             return
-        # an isolated strategy's view stays here, only its JSON crosses: nothing to copy or check
+        # an isolated strategy's view stays here, only its frame crosses: nothing to copy or check
         view = services.view(item, sealed=isinstance(strategy, RemoteStrategy))
         episodic = isinstance(services.task, EpisodicTask) and not services.settings.prompts_only
         for budget, repeat in unit.todo:
