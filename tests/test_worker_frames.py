@@ -27,6 +27,17 @@ class RecordingTiktoken(TiktokenTokenizer):
         return super().count_in_message(role, content)
 
 
+class Tokens(int):
+    """A count that is an int, but not exactly one (an enum's, a library's own type)."""
+
+
+class IntLikeCounts(TiktokenTokenizer):
+    """cl100k_base, whose per-message counts are ``Tokens``."""
+
+    def count_in_message(self, role: str, content: str) -> int:
+        return Tokens(super().count_in_message(role, content))
+
+
 class ForgedReference(MemoryStrategy):
     """Keeps the newest messages, but its worker sends a reference it chose (``forged``)."""
 
@@ -101,14 +112,26 @@ class CountsNewTexts(MemoryStrategy):
 
 PLUGIN = types.SimpleNamespace(
     register_tasks=hookimpl(lambda register: register(LongMessages)),
-    register_tokenizers=hookimpl(lambda register: register("recording", lambda arg, backend: RecordingTiktoken(arg))),
+    register_tokenizers=hookimpl(
+        lambda register: [
+            register("recording", lambda arg, backend: RecordingTiktoken(arg)),
+            register("int-like", lambda arg, backend: IntLikeCounts(arg)),
+        ]
+    ),
     register_strategies=hookimpl(
         lambda register: [register(s) for s in (ForgedReference, CountsNewTexts, ReferenceBomb, FrameBomb)]
     ),
 )
 
 
-def frames_run(tmp_path, strategy: str, params=None, history_tokens: int = 600, task: str = "synthetic-memory"):
+def frames_run(
+    tmp_path,
+    strategy: str,
+    params=None,
+    history_tokens: int = 600,
+    task: str = "synthetic-memory",
+    tokenizer: str = "recording:cl100k_base",
+):
     out = tmp_path / "run"
     with FaultServer() as server:
         run(
@@ -119,7 +142,7 @@ def frames_run(tmp_path, strategy: str, params=None, history_tokens: int = 600, 
                 out=out,
                 api_base=server.url,
                 model="openai/fault-model",
-                tokenizer="recording:cl100k_base",
+                tokenizer=tokenizer,
                 task_options={"items": 2, "history_tokens": history_tokens} if task == "synthetic-memory" else {},
                 strategy_params={strategy: params or {}},
                 max_concurrency=1,
@@ -274,3 +297,10 @@ def test_a_parameter_that_is_not_plain_data_is_a_clear_error_naming_the_strategy
         assert all(not w.alive() for w in host._workers)
     finally:
         host.close()
+
+
+def test_a_tokenizers_int_like_counts_reach_the_worker_as_ints(tmp_path):
+    """The harness's answers to a worker are plain data: a count of an int subclass crosses as
+    its int (without that, the answer could not be sent and the strategy's cells failed)."""
+    rows = frames_run(tmp_path, "truncation", history_tokens=2_000, tokenizer="int-like:cl100k_base")
+    assert [r["event"] for r in rows] == ["result", "result"], rows

@@ -21,6 +21,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
+from operator import index
 from pathlib import Path
 from typing import Any
 
@@ -216,8 +217,8 @@ class RemoteStrategy(MemoryStrategy):
                 "op": "apply",
                 # the view crosses once per item: every budget tier of it reuses the worker's copy
                 "view": None if self._sent_view is context.item else wire.view_to_wire(context.item),
-                "budget": budget,
-                "seed": context.seed,
+                "budget": index(budget),
+                "seed": index(context.seed),
             }
             done = self._call(frame, context)
         finally:
@@ -268,7 +269,7 @@ class RemoteStrategy(MemoryStrategy):
         """One of a memory system's operations; its failure is raised as the plugin's own
         (``MemorySystemStrategy`` tags it with the phase)."""
         try:
-            done = self._call({**frame, "budget": context.budget, "seed": context.seed}, context)
+            done = self._call({**frame, "budget": index(context.budget), "seed": index(context.seed)}, context)
         except PhaseError as exc:
             raise exc.original from None
         if not isinstance(done, dict):
@@ -335,6 +336,8 @@ class RemoteStrategy(MemoryStrategy):
         return self._view_text[1]
 
     def _answer(self, request: dict[str, Any], context: StrategyContext) -> Any:
+        """What the worker asked for, as plain data (a frame to a worker holds nothing else: a
+        tokenizer's numpy or other int-like count crosses as an int)."""
         kind = request.get("req")
         tokenizer = context.counter.tokenizer
         if kind == "count_history":  # a span of the view's history: what the strategy was sent
@@ -342,21 +345,21 @@ class RemoteStrategy(MemoryStrategy):
             start, stop = request.get("start"), request.get("stop")
             if type(start) is not int or type(stop) is not int or not 0 <= start <= stop <= len(history):
                 raise ValueError(f"count_history needs 0 <= start <= stop <= {len(history)}, got {start!r}, {stop!r}")
-            return [tokenizer.count_in_message(m.role, m.content) for m in history[start:stop]]
+            return [index(tokenizer.count_in_message(m.role, m.content)) for m in history[start:stop]]
         if kind == "count_in_message":
-            return context.counter.tokenizer.count_in_message(str(request["role"]), str(request["content"]))
+            return index(tokenizer.count_in_message(str(request["role"]), str(request["content"])))
         if kind == "count_text":
-            return tokenizer.count_text(str(request["text"]))
+            return index(tokenizer.count_text(str(request["text"])))
         if kind == "count_texts":
             texts = request.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise ValueError("count_texts needs a list of strings")
-            return tokenizer.count_texts(texts)
+            return [index(n) for n in tokenizer.count_texts(texts)]
         if kind == "count_rendered":
-            return tokenizer.count_rendered(str(request["text"]))
+            return index(tokenizer.count_rendered(str(request["text"])))
         if kind in ("count", "render"):
             messages = wire.prompt_from_wire(request["messages"], context.item.history, self._text_of(context.item))
-            return context.counter.count(messages) if kind == "count" else tokenizer.render(messages)
+            return index(context.counter.count(messages)) if kind == "count" else str(tokenizer.render(messages))
         if kind == "complete":
             messages = [wire.message_from_wire(m) for m in request["messages"]]
             return context.complete(messages, request["max_tokens"], request.get("purpose", "auxiliary"))
