@@ -74,11 +74,13 @@ def _chat_fragment(message: Message) -> str:
     """One message's JSON in ``chat_json``, remembered by all that ``Message.to_chat`` reads."""
     role, content = message.role, message.content
     calls = message.metadata.get(TOOL_CALLS) if role == "assistant" else None
-    if role == "tool" or (isinstance(calls, str) and calls):
-        key = (role, content, calls if role == "assistant" else str(message.metadata.get(TOOL_CALL_ID, "")))
-        return _sent.get(key, lambda: json.dumps(message.to_chat(), ensure_ascii=False))
-    # role and content only: what json.dumps writes for them, without its per-call set-up
-    return _sent.get((role, content), lambda: f'{{"role": {_string(role)}, "content": {_string(content)}}}')
+    if role == "tool":
+        key = (role, content, str(message.metadata.get(TOOL_CALL_ID, "")))
+    elif isinstance(calls, str) and calls:
+        key = (role, content, calls)
+    else:  # role and content only: what json.dumps writes for them, without its per-call set-up
+        return _sent.get((role, content), lambda: f'{{"role": {_string(role)}, "content": {_string(content)}}}')
+    return _sent.get(key, lambda: json.dumps(message.to_chat(), ensure_ascii=False))
 
 
 _string = json.encoder.encode_basestring  # a str as JSON with ensure_ascii=False: json.dumps's own function

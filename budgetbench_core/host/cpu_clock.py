@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .process_tree import cpu_ticks, descendants, listed
+from .process_tree import children, cpu_ticks, descendants
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -42,8 +42,8 @@ def worker_cpu_clock(guard: int, worker: int) -> Callable[[], float | None] | No
             return None
         ticks = sum(cpu_ticks(worker)[2:])  # its own seconds are the clock's, to the nanosecond
         ticks += sum(cpu_ticks(guard)[2:])  # the guard's own seconds are the harness's overhead
-        # the guard has one thread: its children are listed there (the worker, and the orphans it adopted)
-        for child in listed(f"/proc/{guard}/task/{guard}/children"):
+        # the guard's children: the worker, and the orphans it adopted
+        for child in children(guard):
             ticks += sum(cpu_ticks(child)) if child != worker else 0
             ticks += sum(sum(cpu_ticks(pid)) for pid in descendants(child))
         return seconds + ticks * _TICK_S

@@ -46,7 +46,7 @@ def children_by_parent(pid: int) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            fields = read_small(f"/proc/{entry}/stat").rpartition(b")")[2].split()
+            fields = _stat_fields(entry)
         except OSError:
             continue  # exited meanwhile
         if len(fields) > 1 and fields[1] == str(pid).encode():
@@ -64,10 +64,15 @@ def listed(path: str) -> list[int]:
 def cpu_ticks(pid: int) -> list[int]:
     """``utime``, ``stime``, ``cutime`` and ``cstime`` of ``pid`` (clock ticks); zeros once it is gone."""
     try:
-        fields = read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
-        return [int(f) for f in fields[11:15]]
+        return [int(f) for f in _stat_fields(pid)[11:15]]
     except (OSError, ValueError):
         return [0, 0, 0, 0]
+
+
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command's name (which may hold spaces and
+    parentheses): the state first, then the parent's pid, ..."""
+    return read_small(f"/proc/{pid}/stat").rpartition(b")")[2].split()
 
 
 def read_small(path: str) -> bytes:
